@@ -1,0 +1,242 @@
+//! The shared store every instance of a cluster claims runs in, and its backends.
+//!
+//! [`Store`] is the contract of `DESIGN.md`: every operation is atomic and reads the time from
+//! the store's own clock. [`open`] picks a backend by URL scheme.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::lease::{
+    ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, Token, TokenOutcome,
+};
+
+pub(crate) mod model;
+pub mod sqlite;
+
+/// The boxed cause of a store error.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What can go wrong talking to a store. Messages name the store (a path, or a host and port,
+/// never a password) and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL is malformed.
+    #[error("invalid store url {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, with any password removed.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The URL's scheme names no backend.
+    #[error(
+        "unknown store scheme {scheme:?}; use sqlite://PATH, redis://HOST:PORT, \
+         valkey://HOST:PORT or postgres://USER@HOST:PORT/DB"
+    )]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// The store could not be reached (refused, timed out, dropped). Worth retrying.
+    #[error("cannot reach store {store}: {source}")]
+    Unreachable {
+        /// Host and port, or path.
+        store: String,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
+    /// The store is a server of the wrong kind, or too old.
+    #[error("store {store} is not supported: {reason}")]
+    Unsupported {
+        /// Host and port.
+        store: String,
+        /// What was found and what is needed.
+        reason: String,
+    },
+    /// The database file is not a database, or is damaged.
+    #[error("{path} is not a Baton database or is corrupt ({source}); move it aside or point --store at another file")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// The database's own error.
+        #[source]
+        source: Cause,
+    },
+    /// The database file or its directory cannot be written.
+    #[error("{path} is read-only ({source}); Baton must write to its store: fix the file's permissions or use another path")]
+    ReadOnly {
+        /// The file.
+        path: String,
+        /// The database's own error.
+        #[source]
+        source: Cause,
+    },
+    /// The database was written by a newer Baton.
+    #[error("{path} has schema version {found}, but this Baton knows versions up to {supported}; upgrade Baton")]
+    NewerSchema {
+        /// The file or database.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// A stored record could not be read back.
+    #[error("store {store} holds a malformed record for job {job:?}: {reason}")]
+    Malformed {
+        /// Host and port, or path.
+        store: String,
+        /// The job.
+        job: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Any other error the backend reported.
+    #[error("store {store}: {source}")]
+    Backend {
+        /// Host and port, or path.
+        store: String,
+        /// The backend's error.
+        #[source]
+        source: Cause,
+    },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if sent again: the store was out of reach, or it
+    /// answered with a passing error. Every store operation is safe to retry: a retried claim
+    /// cannot make two winners, since the first one's record answers the second.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable { .. } | StoreError::Backend { .. }
+        )
+    }
+}
+
+/// The shared store: claims, leases and the record of every run.
+///
+/// Every method is one atomic step on the store, with all lease times read from the store's own
+/// clock inside it. An I/O failure is an `Err`, never a refusal: a heartbeat that did not reach
+/// the store is not [`HeartbeatOutcome::Lost`].
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The backend's name: `sqlite`, `redis`, `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// The store's clock, ms since the Unix epoch.
+    async fn now(&self) -> Result<i64, StoreError>;
+
+    /// Claims a run (rules 1, 3, 5 and 6): see [`ClaimOutcome`] for the answers.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
+
+    /// Renews the lease to now + `lease`, only with the current token and only while the lease
+    /// was not released (rule 2).
+    async fn heartbeat(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        lease: Duration,
+    ) -> Result<HeartbeatOutcome, StoreError>;
+
+    /// Records the end of the run, only with the current token (rule 4).
+    async fn finish(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Finish,
+    ) -> Result<TokenOutcome, StoreError>;
+
+    /// Ends the lease now and records a hand-over, only with the current token (rule 4). A
+    /// backup then takes the run over, and the attempt does not count toward `max_attempts`.
+    async fn release(&self, job: &str, slot: i64, token: Token)
+        -> Result<TokenOutcome, StoreError>;
+
+    /// One run's record.
+    async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError>;
+
+    /// The runs of a job whose status is running (their lease alive or not), oldest first.
+    async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError>;
+
+    /// Up to `limit` runs of a job, newest first.
+    async fn history(&self, job: &str, limit: usize) -> Result<Vec<Run>, StoreError>;
+
+    /// The names of the jobs that have runs in this namespace, sorted.
+    async fn jobs(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// The namespace used when none is given: `baton`.
+pub const DEFAULT_NAMESPACE: &str = "baton";
+
+/// Opens the store a URL names, in a namespace (several clusters can share one store):
+/// `sqlite://PATH` (relative, or `sqlite:///absolute/path`).
+pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| StoreError::InvalidUrl {
+            url: redact(url),
+            reason: "expected SCHEME://…, e.g. sqlite://baton.db".into(),
+        })?;
+    match scheme {
+        "sqlite" => {
+            let path = rest.to_owned();
+            if path.is_empty() {
+                return Err(StoreError::InvalidUrl {
+                    url: url.into(),
+                    reason: "no file path after sqlite://".into(),
+                });
+            }
+            let store = sqlite::SqliteStore::open(path, namespace).await?;
+            Ok(Arc::new(store))
+        }
+        other => Err(StoreError::UnknownScheme {
+            scheme: other.to_owned(),
+        }),
+    }
+}
+
+/// A URL with its password, if any, replaced by `***`, fit for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_the_password_and_keeps_the_host() {
+        assert_eq!(
+            redact("redis://user:secret@db:6379/0"),
+            "redis://user:***@db:6379/0"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1:5432/test"),
+            "postgres://postgres@127.0.0.1:5432/test"
+        );
+        assert_eq!(redact("sqlite://baton.db"), "sqlite://baton.db");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+    }
+}

@@ -1,0 +1,69 @@
+//! The store conformance suite: every case of `cases` against every backend, as
+//! `<backend>::<case>` (`cargo test --test conformance sqlite::` runs one backend).
+
+mod cases;
+
+/// Declares one module per backend with one test per case; every backend gets the same list.
+macro_rules! conformance_suite {
+    ($($backend:ident => $fixture:path),* $(,)?) => {
+        $(conformance_suite!(@backend $backend, $fixture,
+            claim_with_no_state_wins_attempt_one,
+            second_claim_of_the_same_slot_sees_running,
+            retried_claim_with_the_same_token_returns_the_same_win,
+            heartbeat_with_the_current_token_extends_the_lease,
+            heartbeats_keep_a_run_alive_longer_than_its_lease,
+            heartbeat_with_an_old_token_is_refused,
+            heartbeat_for_a_run_without_state_is_lost,
+            release_ends_the_lease_at_once,
+            heartbeat_after_release_does_not_renew,
+            hand_over_records_the_attempt_as_handed_over,
+            finish_with_the_current_token_records_success,
+            failed_run_is_finished_and_not_retried,
+            finish_with_a_stale_token_is_refused,
+            release_with_a_stale_token_is_refused,
+            finish_after_release_is_refused,
+            second_finish_of_a_run_is_refused,
+            takeover_claim_while_the_lease_is_alive_sees_running,
+            takeover_after_lease_expiry_starts_attempt_two_with_new_token_and_fence,
+            max_attempts_interrupts_after_three_dead_runners,
+            hand_overs_do_not_count_toward_max_attempts,
+            several_backups_race_one_takeover_wins,
+            next_slot_while_the_dead_runs_lease_is_alive_is_an_overlap,
+            backup_takeover_first_then_the_next_slot_is_an_overlap,
+            next_slot_first_interrupts_the_dead_run_and_it_is_not_retried,
+            takeover_of_a_dead_run_with_a_newer_run_marks_it_interrupted,
+            overlap_skip_refuses_a_new_slot_while_an_earlier_lease_is_alive,
+            overlap_skip_lets_a_new_slot_start_once_the_earlier_lease_is_dead,
+            overlap_allow_runs_slots_side_by_side,
+            claim_later_than_max_late_plus_tolerance_is_late,
+            claim_within_max_late_plus_tolerance_wins,
+            catch_up_claim_within_the_catch_up_window_is_not_late,
+            catch_up_claim_older_than_the_window_is_late,
+            catch_up_race_one_instance_wins_the_other_becomes_backup,
+            claim_for_a_slot_older_than_an_existing_run_is_superseded,
+            frozen_runner_is_fenced_after_takeover,
+            fence_grows_with_every_won_claim_of_the_job,
+            attempt_record_keeps_runner_token_start_end_and_outcome,
+            unfinished_lists_running_runs_oldest_first,
+            history_is_trimmed_to_its_size,
+            history_never_loses_a_run_a_late_claim_could_ask_about,
+            sixteen_concurrent_claimers_get_exactly_one_winner_500_times,
+            four_processes_racing_on_200_slots_get_one_winner_each,
+        );)*
+    };
+    (@backend $backend:ident, $fixture:path, $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let fixture = $fixture().await;
+                    crate::cases::$case(&fixture).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance_suite! {
+    sqlite => baton_tests::backends::sqlite,
+}

@@ -1,0 +1,79 @@
+//! Shared support for Baton's test binaries: fixtures that open a fresh, isolated store of each
+//! backend, and small helpers for waiting on the store's clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::store::{self, Store};
+
+pub mod backends;
+
+/// A store opened for one test, isolated from every other test by its own namespace (and, for
+/// SQLite, its own file).
+pub struct Fixture {
+    /// The URL the store was opened with: give it to another client or process.
+    pub url: String,
+    /// The test's own namespace.
+    pub namespace: String,
+    /// The test's first client.
+    pub store: Arc<dyn Store>,
+    /// Whatever must live as long as the test (a temporary directory, a server).
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Fixture {
+    /// Opens the store at `url` in a namespace of its own.
+    pub async fn open(url: String, keep: Option<Box<dyn std::any::Any + Send + Sync>>) -> Self {
+        let namespace = unique("t");
+        let store = store::open(&url, &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open test store {url}: {e}"));
+        Fixture {
+            url,
+            namespace,
+            store,
+            _keep: keep,
+        }
+    }
+
+    /// Another client of the same store and namespace, as a second instance would have.
+    pub async fn another(&self) -> Arc<dyn Store> {
+        store::open(&self.url, &self.namespace)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open a second client of {}: {e}", self.url))
+    }
+}
+
+/// A name no other test in this process, or in another process running now, uses.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}-{}-{n}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// The store's clock, ms.
+pub async fn store_now(store: &dyn Store) -> i64 {
+    store.now().await.expect("store clock")
+}
+
+/// Waits until the store's clock is past `instant` (ms, store clock).
+pub async fn wait_past(store: &dyn Store, instant: i64) {
+    loop {
+        let now = store_now(store).await;
+        if now > instant {
+            return;
+        }
+        let left = u64::try_from(instant - now).unwrap_or(0) + 1;
+        tokio::time::sleep(Duration::from_millis(left.min(50))).await;
+    }
+}
+
+/// Whether the test run is under CI, where a missing server fails a test instead of skipping it.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
