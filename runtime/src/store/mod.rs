@@ -13,6 +13,8 @@ use crate::lease::{
 };
 
 pub(crate) mod model;
+pub mod postgres;
+pub mod redis;
 pub mod sqlite;
 
 /// The boxed cause of a store error.
@@ -194,6 +196,10 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
             let store = sqlite::SqliteStore::open(path, namespace).await?;
             Ok(Arc::new(store))
         }
+        "redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "valkey+cluster" => {
+            redis::open(url, namespace).await
+        }
+        "postgres" | "postgresql" => postgres::open(url, namespace).await,
         other => Err(StoreError::UnknownScheme {
             scheme: other.to_owned(),
         }),

@@ -8,3 +8,6 @@ pub async fn sqlite() -> Fixture {
     let url = format!("sqlite://{}", dir.path().join("baton.db").display());
     Fixture::open(url, Some(Box::new(dir))).await
 }
+
+pub mod postgres;
+pub mod redis;

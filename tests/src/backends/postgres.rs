@@ -1,0 +1,1 @@
+//! Fixtures for the PostgreSQL backend (filled in with the PostgreSQL store).

@@ -1,0 +1,1 @@
+//! Fixtures for the Redis and Valkey backends (filled in with the Redis store).
