@@ -4,5 +4,7 @@
 //! hosts race an atomic claim in one shared [`store`], the winner runs the job under a lease
 //! ([`lease`]), and the others stand by as backups. The protocol is `spec/leases.md`.
 
+pub mod instance;
 pub mod lease;
+pub mod schedule;
 pub mod store;

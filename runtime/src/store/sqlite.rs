@@ -117,6 +117,15 @@ fn open_blocking(path: &str) -> Result<Connection, StoreError> {
             });
         }
     }
+    // Checked by hand as well, because the superuser may write to a file whose mode says no.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().readonly() {
+            return Err(StoreError::ReadOnly {
+                path: path.to_owned(),
+                source: "the file's permissions allow no writes".into(),
+            });
+        }
+    }
     let setup = || -> Result<Connection, rusqlite::Error> {
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;

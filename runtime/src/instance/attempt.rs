@@ -1,0 +1,269 @@
+//! Running one won attempt: the handler, its heartbeats, fencing, finish and hand-over.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::{
+    lock, AbortReason, ActiveAttempt, EventKind, Inner, Job, LeaseDeadline, RunContext, Signal,
+};
+use crate::lease::{ClaimKind, Finish, HeartbeatOutcome, Lease, TokenOutcome};
+
+/// How an attempt ended, as far as this instance is concerned.
+enum End {
+    /// The handler returned.
+    Returned(Result<(), String>),
+    /// A heartbeat was refused.
+    Lost,
+    /// The local lease deadline passed without a renewal.
+    Fenced,
+    /// Stop gave up on it.
+    Abandoned,
+}
+
+/// Starts an attempt on the engine runtime; its handler runs on the work runtime.
+pub(super) fn spawn(
+    inner: Arc<Inner>,
+    job: Arc<Job>,
+    slot: i64,
+    lease: Lease,
+    reason: ClaimKind,
+    claim_sent: Instant,
+) {
+    let signal = Signal::new();
+    let abandon = Arc::new(Notify::new());
+    let key = (job.name.clone(), slot);
+    lock(&inner.attempts).insert(
+        key.clone(),
+        ActiveAttempt {
+            signal: signal.clone(),
+            abandon: abandon.clone(),
+        },
+    );
+    if inner.is_stopping() {
+        signal.abort(AbortReason::Stopping);
+    }
+    tokio::spawn(async move {
+        run(
+            &inner, &job, slot, lease, reason, claim_sent, signal, abandon,
+        )
+        .await;
+        lock(&inner.attempts).remove(&key);
+        inner.attempt_ended.notify_waiters();
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
+    slot: i64,
+    lease: Lease,
+    reason: ClaimKind,
+    claim_sent: Instant,
+    signal: Signal,
+    abandon: Arc<Notify>,
+) {
+    let name = &job.name;
+    let deadline = LeaseDeadline::new(claim_sent + job.options.lease);
+    let ctx = RunContext {
+        job: name.clone(),
+        slot,
+        attempt: lease.attempt,
+        reason,
+        runner: inner.runner.clone(),
+        fence: lease.fence,
+        signal: signal.clone(),
+        deadline: deadline.clone(),
+    };
+    inner.emit(
+        EventKind::Started,
+        name,
+        slot,
+        Some(lease.attempt),
+        reason.as_str(),
+    );
+    let handler = job.handler.clone();
+    let mut task = inner.work.spawn(async move { handler.run(ctx).await });
+
+    let renewing = Arc::new(AtomicBool::new(true));
+    let lost = Arc::new(Notify::new());
+    let heartbeats = tokio::spawn(heartbeat_loop(
+        inner.clone(),
+        job.clone(),
+        slot,
+        lease,
+        deadline.clone(),
+        renewing.clone(),
+        lost.clone(),
+    ));
+
+    let end = tokio::select! {
+        joined = &mut task => End::Returned(match joined {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => Err("the handler panicked".to_owned()),
+            Err(_) => Err("the handler was cancelled".to_owned()),
+        }),
+        _ = lost.notified() => End::Lost,
+        _ = fence_timer(&deadline) => End::Fenced,
+        _ = abandon.notified() => End::Abandoned,
+    };
+    renewing.store(false, Ordering::Release);
+    heartbeats.abort();
+
+    match end {
+        End::Returned(result) => {
+            // The lease may have run out while the handler returned.
+            if deadline.has_passed() {
+                fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
+                return;
+            }
+            settle(inner, job, slot, &lease, &signal, &deadline, result).await;
+        }
+        End::Lost => {
+            fence(inner, name, slot, &lease, &signal, AbortReason::Lost);
+            wait_for_handler(task, &abandon).await;
+        }
+        End::Fenced => {
+            fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
+            wait_for_handler(task, &abandon).await;
+        }
+        End::Abandoned => {
+            task.abort();
+            tracing::warn!(job = %name, slot, attempt = lease.attempt,
+                "still running at the stop timeout: no longer renewed; a backup takes over when the lease runs out");
+        }
+    }
+}
+
+/// After a lost or fenced attempt: the handler may still run (it should watch its signal);
+/// nothing it does changes the run. Waits for it so that `stop` sees it end.
+async fn wait_for_handler(mut task: tokio::task::JoinHandle<Result<(), String>>, abandon: &Notify) {
+    tokio::select! {
+        _ = &mut task => {}
+        _ = abandon.notified() => task.abort(),
+    }
+}
+
+/// Aborts the signal and emits `lost`, once.
+fn fence(inner: &Inner, job: &str, slot: i64, lease: &Lease, signal: &Signal, why: AbortReason) {
+    signal.abort(why);
+    let reason = match why {
+        AbortReason::Lost => "refused",
+        _ => "self-fenced",
+    };
+    inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), reason);
+}
+
+/// Resolves when the local lease deadline has passed (it may move forward meanwhile).
+async fn fence_timer(deadline: &LeaseDeadline) {
+    loop {
+        let at = deadline.get();
+        tokio::time::sleep_until(at.into()).await;
+        if deadline.has_passed() {
+            return;
+        }
+    }
+}
+
+/// Renews the lease every heartbeat. A refused heartbeat notifies `lost`; an I/O error is
+/// retried at the next tick, and the local deadline fences the attempt if none gets through.
+async fn heartbeat_loop(
+    inner: Arc<Inner>,
+    job: Arc<Job>,
+    slot: i64,
+    lease: Lease,
+    deadline: LeaseDeadline,
+    renewing: Arc<AtomicBool>,
+    lost: Arc<Notify>,
+) {
+    let every = job.options.heartbeat;
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        next += every;
+        if !renewing.load(Ordering::Acquire) {
+            return;
+        }
+        let sent = Instant::now();
+        let call = inner
+            .store
+            .heartbeat(&job.name, slot, lease.token, job.options.lease);
+        match tokio::time::timeout(every, call).await {
+            Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
+                if renewing.load(Ordering::Acquire) {
+                    deadline.extend(sent + job.options.lease);
+                }
+            }
+            Ok(Ok(HeartbeatOutcome::Lost(state))) => {
+                tracing::warn!(job = %job.name, slot, attempt = lease.attempt, ?state, "heartbeat refused");
+                lost.notify_one();
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; retrying");
+            }
+            Err(_) => {
+                tracing::warn!(job = %job.name, slot, "heartbeat timed out; retrying");
+            }
+        }
+        // A tick missed by a long pause is not sent twice.
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        }
+    }
+}
+
+/// The handler returned: release on an error after stop began (a hand-over), finish otherwise.
+async fn settle(
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
+    slot: i64,
+    lease: &Lease,
+    signal: &Signal,
+    deadline: &LeaseDeadline,
+    result: Result<(), String>,
+) {
+    let name = &job.name;
+    let hand_over = result.is_err() && signal.reason() == Some(AbortReason::Stopping);
+    loop {
+        let answer = if hand_over {
+            inner.store.release(name, slot, lease.token).await
+        } else {
+            let finish = if result.is_ok() {
+                Finish::Success
+            } else {
+                Finish::Failed
+            };
+            inner.store.finish(name, slot, lease.token, finish).await
+        };
+        match answer {
+            Ok(TokenOutcome::Accepted) => {
+                let (kind, reason) = match (&result, hand_over) {
+                    (_, true) => (EventKind::Released, "stopping"),
+                    (Ok(()), false) => (EventKind::Success, ""),
+                    (Err(msg), false) => (EventKind::Failed, msg.as_str()),
+                };
+                inner.emit(kind, name, slot, Some(lease.attempt), reason);
+                return;
+            }
+            Ok(TokenOutcome::Refused(_)) => {
+                fence(inner, name, slot, lease, signal, AbortReason::Lost);
+                return;
+            }
+            Err(e) if !deadline.has_passed() => {
+                tracing::warn!(job = %name, slot, error = %e, "cannot record the end of the run; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                tracing::error!(job = %name, slot, error = %e,
+                    "cannot record the end of the run before the lease ran out; a backup will run it again");
+                fence(inner, name, slot, lease, signal, AbortReason::Fenced);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! The per-job loop: catch-up on start, a claim at every slot, and the backups' checks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::{attempt, lock, EventKind, Inner, Job};
+use crate::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Status, Token};
+use crate::store::StoreError;
+
+/// A random time in [heartbeat, 2 × heartbeat]: how long a backup waits between checks.
+pub(super) fn backup_delay(job: &Job) -> Duration {
+    let hb = job.options.heartbeat;
+    hb + hb.mul_f64(rand::rng().random_range(0.0..=1.0))
+}
+
+/// The random wait before a catch-up claim: up to two heartbeats, at most 2 s.
+fn catch_up_jitter(job: &Job) -> Duration {
+    let max = (job.options.heartbeat * 2).min(Duration::from_secs(2));
+    max.mul_f64(rand::rng().random_range(0.0..1.0))
+}
+
+/// Catch-up, then a claim at every slot until the instance stops.
+pub(super) async fn job_loop(inner: Arc<Inner>, job: Arc<Job>) {
+    // Slots that fall due during catch-up are claimed by the loop, not lost.
+    let start = inner.clock.now();
+    catch_up(&inner, &job, start).await;
+    let mut cursor = start;
+    loop {
+        let Some(next) = job.schedule.next_after(cursor) else {
+            tracing::info!(job = %job.name, "the schedule has no more slots");
+            return;
+        };
+        let wait = u64::try_from(next - inner.clock.now()).unwrap_or(0);
+        if inner.sleep_or_stop(Duration::from_millis(wait)).await {
+            return;
+        }
+        // After a long pause (a frozen host), only the latest due slot is claimed.
+        let due = job
+            .schedule
+            .latest_at_or_before(inner.clock.now())
+            .unwrap_or(next)
+            .max(next);
+        cursor = due;
+        claim_and_handle(&inner, &job, due, ClaimKind::Scheduled).await;
+    }
+}
+
+/// Catch-up on start: unfinished runs first, then the latest missed slot.
+async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
+    let unfinished = match retry(inner, || inner.store.unfinished(&job.name)).await {
+        Ok(runs) => runs,
+        Err(e) => {
+            tracing::error!(job = %job.name, error = %e, "cannot read unfinished runs; no catch-up");
+            Vec::new()
+        }
+    };
+    for run in &unfinished {
+        let now = inner.clock.now();
+        if run.lease_end > now {
+            inner.emit(
+                EventKind::Backup,
+                &job.name,
+                run.slot,
+                Some(run.attempt),
+                "catch-up",
+            );
+            spawn_watch(inner, job, run.slot);
+        } else if job.schedule.next_after(run.slot).is_some_and(|n| n <= now) {
+            tracing::info!(job = %job.name, slot = run.slot, "a newer slot is due; the dead run is left to it");
+        } else {
+            claim_and_handle(inner, job, run.slot, ClaimKind::Takeover).await;
+        }
+    }
+    let Some(latest) = job.schedule.latest_at_or_before(now) else {
+        return;
+    };
+    let window = crate::lease::millis(job.options.catch_up);
+    if now - latest > window || unfinished.iter().any(|r| r.slot >= latest) {
+        return;
+    }
+    match retry(inner, || inner.store.get(&job.name, latest)).await {
+        Ok(None) => {}
+        Ok(Some(_)) => return,
+        Err(e) => {
+            tracing::error!(job = %job.name, error = %e, "cannot read the latest run; no catch-up");
+            return;
+        }
+    }
+    if inner.sleep_or_stop(catch_up_jitter(job)).await {
+        return;
+    }
+    claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
+}
+
+/// Calls a store operation, retrying errors worth retrying for up to 2 s.
+async fn retry<T, F, Fut>(inner: &Inner, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let give_up = Instant::now() + Duration::from_secs(2);
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && Instant::now() < give_up && !inner.is_stopping() => {
+                tracing::warn!(error = %e, "store call failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Sends a claim (retried with the same token, so a retry cannot win twice) and acts on the
+/// answer as the spec says.
+pub(super) async fn claim_and_handle(
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
+    slot: i64,
+    kind: ClaimKind,
+) {
+    if inner.is_stopping() {
+        return;
+    }
+    let token = Token::random();
+    let digest = job.handler.digest();
+    let sent = Instant::now();
+    let request = ClaimRequest {
+        job: &job.name,
+        slot,
+        kind,
+        runner: &inner.runner,
+        token,
+        digest: digest.as_deref(),
+        options: &job.options,
+    };
+    let outcome = match retry(inner, || inner.store.claim(&request)).await {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            tracing::error!(job = %job.name, slot, error = %e, "claim failed");
+            return;
+        }
+    };
+    let name = &job.name;
+    match outcome {
+        ClaimOutcome::Won(lease) => {
+            // A lease won before stop began is still run; stop then aborts it at once.
+            inner.emit(
+                EventKind::Won,
+                name,
+                slot,
+                Some(lease.attempt),
+                kind.as_str(),
+            );
+            let reason = if lease.attempt > 1 {
+                inner.emit(
+                    EventKind::Takeover,
+                    name,
+                    slot,
+                    Some(lease.attempt),
+                    kind.as_str(),
+                );
+                ClaimKind::Takeover
+            } else {
+                kind
+            };
+            attempt::spawn(inner.clone(), job.clone(), slot, lease, reason, sent);
+        }
+        ClaimOutcome::Running { attempt, .. } => {
+            if kind != ClaimKind::Takeover {
+                inner.emit(EventKind::Backup, name, slot, Some(attempt), kind.as_str());
+            }
+            spawn_watch(inner, job, slot);
+        }
+        ClaimOutcome::Overlap { blocking_slot } => {
+            inner.emit(EventKind::Skip, name, slot, None, "overlap");
+            spawn_watch(inner, job, blocking_slot);
+            spawn_watch_skipped(inner, job, slot, blocking_slot);
+        }
+        ClaimOutcome::Late => inner.emit(EventKind::Late, name, slot, None, kind.as_str()),
+        ClaimOutcome::Superseded { .. } => {
+            inner.emit(EventKind::Skip, name, slot, None, "superseded")
+        }
+        ClaimOutcome::Interrupted => {
+            inner.emit(EventKind::Interrupted, name, slot, None, kind.as_str())
+        }
+        ClaimOutcome::Finished { status } => {
+            tracing::debug!(job = %name, slot, %status, "the run has ended");
+        }
+    }
+}
+
+/// Becomes a backup of a run: checks it after a random time in [heartbeat, 2 × heartbeat]
+/// with a takeover claim, until the run ends or this instance wins it.
+fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
+    if !lock(&inner.watched).insert((job.name.clone(), slot)) {
+        return;
+    }
+    let inner = inner.clone();
+    let job = job.clone();
+    tokio::spawn(async move {
+        let key = (job.name.clone(), slot);
+        let stopping = inner.sleep_or_stop(backup_delay(&job)).await;
+        lock(&inner.watched).remove(&key);
+        if stopping || lock(&inner.attempts).contains_key(&key) {
+            return;
+        }
+        // Running re-arms this watch; Won runs the attempt; any other answer ends it.
+        claim_and_handle(&inner, &job, slot, ClaimKind::Takeover).await;
+    });
+}
+
+/// Keeps an eye on a slot skipped as an overlap: if another instance claims it after the
+/// earlier run ended, this instance becomes its backup.
+fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: i64) {
+    let inner = inner.clone();
+    let job = job.clone();
+    tokio::spawn(async move {
+        let mut blocking_ended = false;
+        loop {
+            if inner.sleep_or_stop(backup_delay(&job)).await {
+                return;
+            }
+            match inner.store.get(&job.name, slot).await {
+                Ok(Some(run)) if run.status == Status::Running => {
+                    inner.emit(
+                        EventKind::Backup,
+                        &job.name,
+                        slot,
+                        Some(run.attempt),
+                        "overlap",
+                    );
+                    spawn_watch(&inner, &job, slot);
+                    return;
+                }
+                Ok(Some(_)) => return,
+                Ok(None) if blocking_ended => return,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(job = %job.name, slot, error = %e, "check failed"),
+            }
+            if let Ok(Some(run)) = inner.store.get(&job.name, blocking).await {
+                blocking_ended = run.status.is_finished();
+            }
+        }
+    });
+}

@@ -1,0 +1,338 @@
+//! The instance: one per host, one loop per job — claims at each slot, heartbeats, backups,
+//! catch-up on start, overlap, late claims and hand-over on stop, exactly as `spec/leases.md`
+//! says.
+//!
+//! The lease engine (claims, heartbeats, timers) runs on a runtime of its own, so a busy
+//! handler can never delay a heartbeat; handlers run on the runtime that started the instance.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{broadcast, Notify};
+
+use crate::lease::{LeaseOptions, OptionsError};
+use crate::schedule::Schedule;
+use crate::store::{self, Store, StoreError};
+
+mod attempt;
+mod events;
+mod handler;
+mod job;
+
+pub use events::{Event, EventKind};
+pub use handler::{handler_fn, AbortReason, Handler, LeaseDeadline, RunContext, Signal};
+
+/// How many events a slow subscriber may fall behind before it misses some: 4096.
+pub const EVENT_BUFFER: usize = 4096;
+
+/// A job as the instance runs it.
+#[derive(Clone)]
+pub struct Job {
+    /// The job's name, unique in the namespace.
+    pub name: String,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// Its lease options.
+    pub options: LeaseOptions,
+    /// What it runs.
+    pub handler: Arc<dyn Handler>,
+}
+
+/// Where and as whom an instance runs.
+#[derive(Clone, Debug)]
+pub struct InstanceConfig {
+    /// The store's URL (see [`store::open`]).
+    pub store_url: String,
+    /// The namespace in the store. Defaults to `baton`.
+    pub namespace: String,
+    /// This instance's runner id, unique in the cluster.
+    pub runner: String,
+}
+
+impl InstanceConfig {
+    /// A configuration with the default namespace.
+    pub fn new(store_url: impl Into<String>, runner: impl Into<String>) -> Self {
+        InstanceConfig {
+            store_url: store_url.into(),
+            namespace: store::DEFAULT_NAMESPACE.to_owned(),
+            runner: runner.into(),
+        }
+    }
+}
+
+/// Why an instance could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A job's lease options are out of range.
+    #[error("job {job:?}: {source}")]
+    Options {
+        /// The job.
+        job: String,
+        /// What is wrong.
+        #[source]
+        source: OptionsError,
+    },
+    /// Two jobs have the same name.
+    #[error("job {0:?} is defined twice")]
+    DuplicateJob(String),
+    /// The lease engine's runtime could not be built.
+    #[error("cannot start the lease engine: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// What `stop` did with the attempts that were running.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StopReport {
+    /// Attempts that ended within the timeout (finished or handed over).
+    pub ended: usize,
+    /// Attempts still running at the timeout; they are no longer renewed.
+    pub abandoned: usize,
+}
+
+/// A running attempt, as `stop` sees it.
+struct ActiveAttempt {
+    signal: Signal,
+    abandon: Arc<Notify>,
+}
+
+/// The store's clock as this host estimates it: its own clock plus a measured offset, so slots
+/// fall due by the store's time, whatever this host's clock says.
+struct StoreClock {
+    offset_ms: AtomicI64,
+}
+
+fn system_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl StoreClock {
+    fn now(&self) -> i64 {
+        system_ms() + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    async fn sync(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let before = system_ms();
+        let t0 = Instant::now();
+        let store_now = store.now().await?;
+        let half_trip = i64::try_from(t0.elapsed().as_millis() / 2).unwrap_or(0);
+        self.offset_ms
+            .store(store_now - (before + half_trip), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The state the instance's tasks share.
+pub(crate) struct Inner {
+    store: Arc<dyn Store>,
+    runner: String,
+    events: broadcast::Sender<Event>,
+    stopping: AtomicBool,
+    stop_notify: Notify,
+    attempts: Mutex<HashMap<(String, i64), ActiveAttempt>>,
+    attempt_ended: Notify,
+    watched: Mutex<HashSet<(String, i64)>>,
+    work: tokio::runtime::Handle,
+    clock: StoreClock,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Sleeps for `d`, or until stop begins; returns whether the instance is stopping.
+    async fn sleep_or_stop(&self, d: Duration) -> bool {
+        let stopped = self.stop_notify.notified();
+        if self.is_stopping() {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => self.is_stopping(),
+            _ = stopped => true,
+        }
+    }
+
+    fn emit(&self, kind: EventKind, job: &str, slot: i64, attempt: Option<u32>, reason: &str) {
+        let event = Event {
+            kind,
+            job: job.to_owned(),
+            slot,
+            attempt,
+            runner: self.runner.clone(),
+            reason: reason.to_owned(),
+        };
+        tracing::info!(
+            event = kind.as_str(),
+            job,
+            slot = %crate::schedule::format_utc(slot),
+            attempt,
+            runner = %self.runner,
+            reason,
+            "{kind}"
+        );
+        // No subscriber is fine.
+        let _ = self.events.send(event);
+    }
+}
+
+/// A running instance. Dropping it without [`Instance::stop`] stops renewing every lease at once.
+pub struct Instance {
+    inner: Arc<Inner>,
+    engine: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Instance {
+    /// Opens the store and starts one loop per job: catch-up first, then a claim at every slot.
+    /// Call it from within a tokio runtime: handlers run there.
+    pub async fn start(config: InstanceConfig, jobs: Vec<Job>) -> Result<Instance, InstanceError> {
+        let mut names = HashSet::new();
+        for job in &jobs {
+            job.options
+                .validate()
+                .map_err(|source| InstanceError::Options {
+                    job: job.name.clone(),
+                    source,
+                })?;
+            if !names.insert(job.name.clone()) {
+                return Err(InstanceError::DuplicateJob(job.name.clone()));
+            }
+        }
+        let engine = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("baton-lease")
+            .enable_all()
+            .build()
+            .map_err(InstanceError::Runtime)?;
+        let url = config.store_url.clone();
+        let namespace = config.namespace.clone();
+        let opened = engine
+            .spawn(async move {
+                let store = store::open(&url, &namespace).await?;
+                let clock = StoreClock {
+                    offset_ms: AtomicI64::new(0),
+                };
+                clock.sync(&*store).await?;
+                Ok::<_, StoreError>((store, clock))
+            })
+            .await;
+        let (store, clock) = match opened {
+            Ok(result) => result?,
+            Err(join) => {
+                return Err(InstanceError::Store(StoreError::Backend {
+                    store: store::redact(&config.store_url),
+                    source: join.into(),
+                }))
+            }
+        };
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let inner = Arc::new(Inner {
+            store,
+            runner: config.runner,
+            events,
+            stopping: AtomicBool::new(false),
+            stop_notify: Notify::new(),
+            attempts: Mutex::new(HashMap::new()),
+            attempt_ended: Notify::new(),
+            watched: Mutex::new(HashSet::new()),
+            work: tokio::runtime::Handle::current(),
+            clock,
+        });
+        for job in jobs {
+            engine.spawn(job::job_loop(inner.clone(), Arc::new(job)));
+        }
+        engine.spawn(resync_clock(inner.clone()));
+        Ok(Instance {
+            inner,
+            engine: Mutex::new(Some(engine)),
+        })
+    }
+
+    /// A stream of every event from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    /// This instance's runner id.
+    pub fn runner(&self) -> &str {
+        &self.inner.runner
+    }
+
+    /// How many attempts this instance runs now.
+    pub fn running(&self) -> usize {
+        lock(&self.inner.attempts).len()
+    }
+
+    /// Stops the instance: no new claims; every running handler's signal aborts. A handler that
+    /// then returns an error is released (handed over to a backup at its next check); one that
+    /// returns normally is finished as success; one still running after `timeout` is no longer
+    /// renewed, and a backup takes over when its lease runs out.
+    pub async fn stop(&self, timeout: Duration) -> StopReport {
+        let inner = &self.inner;
+        inner.stopping.store(true, Ordering::Release);
+        inner.stop_notify.notify_waiters();
+        let started = lock(&inner.attempts).len();
+        for active in lock(&inner.attempts).values() {
+            active.signal.abort(AbortReason::Stopping);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let ended = inner.attempt_ended.notified();
+            if lock(&inner.attempts).is_empty() {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
+        }
+        let abandoned = {
+            let attempts = lock(&inner.attempts);
+            for active in attempts.values() {
+                active.signal.abort(AbortReason::StopTimeout);
+                active.abandon.notify_one();
+            }
+            attempts.len()
+        };
+        // Let the abandoned attempts see the notice before the engine goes.
+        if abandoned > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(engine) = lock(&self.engine).take() {
+            engine.shutdown_background();
+        }
+        StopReport {
+            ended: started.saturating_sub(abandoned),
+            abandoned,
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        self.inner.stop_notify.notify_waiters();
+        if let Some(engine) = lock(&self.engine).take() {
+            engine.shutdown_background();
+        }
+    }
+}
+
+/// Re-measures the store clock's offset every minute.
+async fn resync_clock(inner: Arc<Inner>) {
+    while !inner.sleep_or_stop(Duration::from_secs(60)).await {
+        if let Err(e) = inner.clock.sync(&*inner.store).await {
+            tracing::warn!(error = %e, "cannot read the store's clock");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! What the SQLite store says about files it cannot use: each message names the path.
+
+use std::os::unix::fs::PermissionsExt;
+
+use baton::store::{self, StoreError};
+
+#[tokio::test]
+async fn corrupt_file_is_refused_with_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("not-a-db.db");
+    std::fs::write(&path, vec![b'x'; 8192]).expect("write");
+    let url = format!("sqlite://{}", path.display());
+    let err = store::open(&url, "ns").await.err().expect("refused");
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("corrupt"), "{msg}");
+}
+
+#[tokio::test]
+async fn read_only_file_is_refused_with_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ro.db");
+    let url = format!("sqlite://{}", path.display());
+    drop(store::open(&url, "ns").await.expect("create"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    let err = store::open(&url, "ns").await.err().expect("refused");
+    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("read-only"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn file_of_a_newer_schema_is_refused_with_its_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("future.db");
+    let url = format!("sqlite://{}", path.display());
+    drop(store::open(&url, "ns").await.expect("create"));
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.pragma_update(None, "user_version", 99)
+        .expect("set version");
+    drop(conn);
+    let err = store::open(&url, "ns").await.err().expect("refused");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("upgrade Baton"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn reopening_a_file_keeps_its_runs() {
+    use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("keep.db").display());
+    let s = store::open(&url, "ns").await.expect("open");
+    let slot = s.now().await.expect("now");
+    let options = LeaseOptions::default();
+    let req = ClaimRequest {
+        job: "j",
+        slot,
+        kind: ClaimKind::Scheduled,
+        runner: "r",
+        token: Token::random(),
+        digest: None,
+        options: &options,
+    };
+    assert!(matches!(
+        s.claim(&req).await.expect("claim"),
+        ClaimOutcome::Won(_)
+    ));
+    drop(s);
+    let again = store::open(&url, "ns").await.expect("reopen");
+    assert!(
+        again.get("j", slot).await.expect("get").is_some(),
+        "nothing lost across a reopen"
+    );
+}
+
+#[tokio::test]
+async fn unknown_scheme_names_the_schemes_that_exist() {
+    let err = store::open("mongodb://x", "ns")
+        .await
+        .err()
+        .expect("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"mongodb\"") && msg.contains("sqlite://"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,139 @@
+//! The instance: several instances in one process and as separate processes, with short leases
+//! (600 ms, heartbeat 100 ms), against real stores; and the daylight-saving policy.
+
+mod scenarios;
+mod support;
+
+/// One module per backend, the same scenarios in each.
+macro_rules! instance_suite {
+    ($($backend:ident => $fixture:path),* $(,)?) => {
+        $(instance_suite!(@backend $backend, $fixture,
+            takeover_after_killed_runner_is_within_lease_plus_two_heartbeats,
+            stop_hands_over_to_a_backup_within_two_heartbeats,
+            stop_finishes_a_handler_that_returns_normally,
+            all_instances_down_catch_up_runs_only_the_latest_slot,
+            next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over,
+            backup_check_first_takes_over_and_the_next_slot_is_skipped,
+            next_slot_first_interrupts_the_dead_run,
+            killed_runner_process_is_taken_over_by_the_backup_process,
+            frozen_runner_process_is_fenced_when_it_wakes,
+            terminated_runner_process_hands_over,
+        );)*
+    };
+    (@backend $backend:ident, $fixture:path, $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = $fixture().await;
+                    crate::scenarios::$case(&fixture).await;
+                }
+            )*
+        }
+    };
+}
+
+instance_suite! {
+    sqlite => baton_tests::backends::sqlite,
+}
+
+/// Backend-specific ways to cut a runner off its store.
+mod cut_off {
+    use std::sync::mpsc;
+
+    /// Another connection holds the SQLite file's exclusive lock: every write waits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_store_locked_longer_than_the_lease_fences_the_runner() {
+        let f = baton_tests::backends::sqlite().await;
+        let path = f.url.trim_start_matches("sqlite://").to_owned();
+        crate::scenarios::unreachable_store_longer_than_the_lease_fences_the_runner(
+            &f,
+            move || {
+                let (locked_tx, locked_rx) = mpsc::channel();
+                let (release_tx, release_rx) = mpsc::channel::<()>();
+                std::thread::spawn(move || {
+                    let conn = rusqlite::Connection::open(&path).expect("open the file");
+                    conn.execute_batch("BEGIN EXCLUSIVE")
+                        .expect("lock the file");
+                    locked_tx.send(()).expect("report the lock");
+                    let _ = release_rx.recv();
+                    let _ = conn.execute_batch("ROLLBACK");
+                });
+                locked_rx.recv().expect("the file is locked");
+                Box::new(move || {
+                    let _ = release_tx.send(());
+                })
+            },
+        )
+        .await;
+    }
+}
+
+/// The daylight-saving policy, as the README documents it.
+mod dst {
+    use baton::schedule::{format_in, Schedule};
+
+    fn slots(expr: &str, zone: &str, after: &str, n: usize) -> Vec<String> {
+        let s = Schedule::parse(expr, zone).expect("valid schedule");
+        let after = chrono::DateTime::parse_from_rfc3339(after)
+            .expect("time")
+            .timestamp_millis();
+        s.upcoming(after, n)
+            .into_iter()
+            .map(|t| format_in(t, s.time_zone()))
+            .collect()
+    }
+
+    #[test]
+    fn berlin_spring_forward_runs_the_missing_time_once_at_the_end_of_the_gap() {
+        assert_eq!(
+            slots("30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", 3),
+            [
+                "2026-03-29T03:00:00+02:00",
+                "2026-03-30T02:30:00+02:00",
+                "2026-03-31T02:30:00+02:00",
+            ]
+        );
+    }
+
+    #[test]
+    fn berlin_fall_back_runs_the_repeated_time_once_at_its_first_occurrence() {
+        assert_eq!(
+            slots("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", 2),
+            ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00",]
+        );
+        assert_eq!(
+            slots("*/30 * * * *", "Europe/Berlin", "2026-10-24T23:59:00Z", 4),
+            [
+                "2026-10-25T02:00:00+02:00",
+                "2026-10-25T02:30:00+02:00",
+                "2026-10-25T03:00:00+01:00",
+                "2026-10-25T03:30:00+01:00",
+            ]
+        );
+    }
+
+    #[test]
+    fn new_york_spring_forward_runs_the_missing_time_once_at_the_end_of_the_gap() {
+        assert_eq!(
+            slots("30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z", 2),
+            ["2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00",]
+        );
+    }
+
+    #[test]
+    fn new_york_fall_back_runs_the_repeated_time_once_at_its_first_occurrence() {
+        assert_eq!(
+            slots("30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z", 2),
+            ["2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00",]
+        );
+        assert_eq!(
+            slots("0 * * * *", "America/New_York", "2026-11-01T04:30:00Z", 3),
+            [
+                "2026-11-01T01:00:00-04:00",
+                "2026-11-01T02:00:00-05:00",
+                "2026-11-01T03:00:00-05:00",
+            ]
+        );
+    }
+}

@@ -1,0 +1,618 @@
+//! The instance scenarios of `spec/leases.md`, generic over the store.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton::instance::{handler_fn, AbortReason, EventKind};
+use baton::lease::{AttemptOutcome, ClaimKind, Status};
+use baton::schedule::Schedule;
+use baton_tests::{unique, Fixture};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::support::*;
+
+const LEASE: u64 = 600;
+const HEARTBEAT: u64 = 100;
+
+/// A killed runner (its instance crashes) is taken over by a backup within lease + 2 ×
+/// heartbeat of its last heartbeat; measured over 20 takeovers.
+pub async fn takeover_after_killed_runner_is_within_lease_plus_two_heartbeats(f: &Fixture) {
+    let slot = slot_ahead(f, 500).await;
+    let names: Vec<String> = (0..20).map(|i| unique(&format!("kill{i}"))).collect();
+    let jobs = |work| {
+        names
+            .iter()
+            .map(|n| job(n, once_at(slot), options(LEASE, HEARTBEAT), worker(work)))
+            .collect::<Vec<_>>()
+    };
+    let mut a = node(f, "doomed", jobs(Duration::from_secs(30))).await;
+    for _ in 0..20 {
+        wait_event(
+            &mut a.events,
+            Duration::from_secs(5),
+            "started on the runner",
+            |e| e.kind == EventKind::Started,
+        )
+        .await;
+    }
+    let b = node(f, "backup-b", jobs(Duration::from_millis(200))).await;
+    let c = node(f, "backup-c", jobs(Duration::from_millis(200))).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(a); // the runner dies: no more heartbeats, no release
+    let mut delays = Vec::new();
+    for name in &names {
+        let run = wait_run(f, name, slot, Duration::from_secs(5), "taken over", |r| {
+            r.attempts.len() >= 2
+        })
+        .await;
+        let died = &run.attempts[0];
+        assert_eq!(died.outcome, Some(AttemptOutcome::Died));
+        let last_heartbeat = died.ended_at.expect("a died attempt has an end") - LEASE as i64;
+        let delay = run.attempts[1].started_at - last_heartbeat;
+        assert!(
+            delay <= (LEASE + 2 * HEARTBEAT) as i64 + 50,
+            "{name}: takeover {delay} ms after the last heartbeat, bound {} ms",
+            LEASE + 2 * HEARTBEAT
+        );
+        assert!(
+            delay >= LEASE as i64,
+            "{name}: taken over before the lease ran out ({delay} ms)"
+        );
+        assert!(["backup-b", "backup-c"].contains(&run.attempts[1].runner.as_str()));
+        delays.push(delay);
+    }
+    let (min, median, max) = summary(delays);
+    println!(
+        "takeover after the last heartbeat over 20 takeovers: min {min} ms, median {median} ms, max {max} ms (bound lease + 2 x heartbeat = {} ms)",
+        LEASE + 2 * HEARTBEAT
+    );
+    drop((b, c));
+}
+
+/// On stop, a handler that throws once its signal aborts is released, and a backup takes the run
+/// over within two heartbeats; hand-overs do not count toward max attempts.
+pub async fn stop_hands_over_to_a_backup_within_two_heartbeats(f: &Fixture) {
+    let slot = slot_ahead(f, 500).await;
+    let names: Vec<String> = (0..20).map(|i| unique(&format!("hand{i}"))).collect();
+    let jobs = |work| {
+        names
+            .iter()
+            .map(|n| job(n, once_at(slot), options(LEASE, HEARTBEAT), worker(work)))
+            .collect::<Vec<_>>()
+    };
+    let mut a = node(f, "deploying", jobs(Duration::from_secs(30))).await;
+    for _ in 0..20 {
+        wait_event(&mut a.events, Duration::from_secs(5), "started", |e| {
+            e.kind == EventKind::Started
+        })
+        .await;
+    }
+    let _b = node(f, "backup-b", jobs(Duration::from_millis(100))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = a.instance.stop(Duration::from_secs(2)).await;
+    assert_eq!(report.ended, 20);
+    assert_eq!(report.abandoned, 0);
+    let mut delays = Vec::new();
+    for name in &names {
+        let run = wait_run(
+            f,
+            name,
+            slot,
+            Duration::from_secs(3),
+            "handed over and finished",
+            |r| r.status == Status::Success,
+        )
+        .await;
+        let released = &run.attempts[0];
+        assert_eq!(released.outcome, Some(AttemptOutcome::HandedOver));
+        assert_eq!(run.deaths(), 0, "a hand-over is not a death");
+        let delay = run.attempts[1].started_at - released.ended_at.expect("released attempt ended");
+        assert!(
+            delay <= (2 * HEARTBEAT) as i64 + 50,
+            "{name}: taken over {delay} ms after the release, bound 2 x heartbeat = {} ms",
+            2 * HEARTBEAT
+        );
+        delays.push(delay);
+    }
+    let (min, median, max) = summary(delays);
+    println!(
+        "hand-over after release over 20 hand-overs: min {min} ms, median {median} ms, max {max} ms (bound 2 x heartbeat = {} ms)",
+        2 * HEARTBEAT
+    );
+}
+
+/// A handler that returns normally once stop aborts its signal is finished as success.
+pub async fn stop_finishes_a_handler_that_returns_normally(f: &Fixture) {
+    let slot = slot_ahead(f, 300).await;
+    let name = unique("calm");
+    let calm = handler_fn(|ctx| async move {
+        ctx.signal.aborted().await;
+        Ok(())
+    });
+    let mut a = node(
+        f,
+        "a",
+        vec![job(&name, once_at(slot), options(LEASE, HEARTBEAT), calm)],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "started", |e| {
+        e.kind == EventKind::Started
+    })
+    .await;
+    a.instance.stop(Duration::from_secs(2)).await;
+    let run = f.store.get(&name, slot).await.expect("get").expect("run");
+    assert_eq!(run.status, Status::Success);
+}
+
+/// All instances down across several slots: on restart exactly one catch-up run, of the
+/// latest slot.
+pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) {
+    let name = unique("report");
+    let every_second = || Schedule::parse("* * * * * *", "UTC").expect("valid");
+    let mk = || {
+        vec![job(
+            &name,
+            every_second(),
+            options(LEASE, HEARTBEAT),
+            worker(Duration::from_millis(50)),
+        )]
+    };
+    let mut first = node(f, "a", mk()).await;
+    wait_event(
+        &mut first.events,
+        Duration::from_secs(3),
+        "a first run",
+        |e| e.kind == EventKind::Success,
+    )
+    .await;
+    first.instance.stop(Duration::from_secs(1)).await;
+    drop(first);
+    let down_since = baton_tests::store_now(&*f.store).await;
+    // Everyone is down for three slots.
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    let restart = baton_tests::store_now(&*f.store).await;
+    let mut a = node(f, "a2", mk()).await;
+    let mut b = node(f, "b2", mk()).await;
+    let latest = (restart / 1000) * 1000;
+    let caught_up = tokio::select! {
+        e = wait_event(&mut a.events, Duration::from_secs(3), "catch-up", |e| e.kind == EventKind::Won && e.reason == "catch-up") => e,
+        e = wait_event(&mut b.events, Duration::from_secs(3), "catch-up", |e| e.kind == EventKind::Won && e.reason == "catch-up") => e,
+    };
+    assert!(
+        caught_up.slot == latest || caught_up.slot == latest + 1000,
+        "caught up slot {} but the latest at restart was {latest}",
+        caught_up.slot
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    a.instance.stop(Duration::from_secs(1)).await;
+    b.instance.stop(Duration::from_secs(1)).await;
+    let history = f.store.history(&name, 100).await.expect("history");
+    let catch_ups: Vec<i64> = history
+        .iter()
+        .filter(|r| r.slot > down_since && r.attempts[0].reason == ClaimKind::CatchUp)
+        .map(|r| r.slot)
+        .collect();
+    assert_eq!(catch_ups, vec![caught_up.slot], "exactly one catch-up run");
+    let missed: Vec<i64> = history
+        .iter()
+        .map(|r| r.slot)
+        .filter(|s| *s < caught_up.slot && *s > down_since)
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "earlier missed slots are not run: {missed:?}"
+    );
+}
+
+/// Order 1: the next slot is due while the dead run's lease is still alive: it is skipped as an
+/// overlap, and a backup takes the old run over when the lease runs out.
+pub async fn next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over(f: &Fixture) {
+    let name = unique("order1");
+    let slot = slot_ahead(f, 300).await;
+    let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
+    let first_slot = if (slot / 1000) % 2 == 0 {
+        slot
+    } else {
+        slot + 1000
+    };
+    let mut opts = options(2_500, 400);
+    opts.catch_up = Duration::ZERO; // only the slots this test names
+    let mut a = node(
+        f,
+        "a",
+        vec![job(
+            &name,
+            every_two(),
+            opts,
+            worker(Duration::from_secs(6)),
+        )],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "a's start", |e| {
+        is(e, EventKind::Started, &name, first_slot)
+    })
+    .await;
+    let mut b = node(
+        f,
+        "b",
+        vec![job(
+            &name,
+            every_two(),
+            opts,
+            worker(Duration::from_secs(6)),
+        )],
+    )
+    .await;
+    drop(a);
+    let skip = wait_event(
+        &mut b.events,
+        Duration::from_secs(4),
+        "skip of the next slot",
+        |e| is(e, EventKind::Skip, &name, first_slot + 2000),
+    )
+    .await;
+    assert_eq!(skip.reason, "overlap");
+    wait_event(&mut b.events, Duration::from_secs(4), "takeover", |e| {
+        is(e, EventKind::Takeover, &name, first_slot)
+    })
+    .await;
+    let run = f
+        .store
+        .get(&name, first_slot)
+        .await
+        .expect("get")
+        .expect("run");
+    assert_eq!(run.attempt, 2);
+    assert!(f
+        .store
+        .get(&name, first_slot + 2000)
+        .await
+        .expect("get")
+        .is_none());
+}
+
+/// Order 2: the lease runs out and a backup's check comes first: it takes the old run over, and
+/// the next slot, due while it runs, is skipped as an overlap.
+pub async fn backup_check_first_takes_over_and_the_next_slot_is_skipped(f: &Fixture) {
+    let name = unique("order2");
+    let slot = slot_ahead(f, 300).await;
+    let first_slot = if (slot / 1000) % 2 == 0 {
+        slot
+    } else {
+        slot + 1000
+    };
+    let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
+    let mut opts = options(800, 130);
+    opts.catch_up = Duration::ZERO; // only the slots this test names
+    let mut a = node(
+        f,
+        "a",
+        vec![job(
+            &name,
+            every_two(),
+            opts,
+            worker(Duration::from_secs(10)),
+        )],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "a's start", |e| {
+        is(e, EventKind::Started, &name, first_slot)
+    })
+    .await;
+    let mut b = node(
+        f,
+        "b",
+        vec![job(
+            &name,
+            every_two(),
+            opts,
+            worker(Duration::from_millis(2_500)),
+        )],
+    )
+    .await;
+    drop(a);
+    wait_event(&mut b.events, Duration::from_secs(2), "takeover", |e| {
+        is(e, EventKind::Takeover, &name, first_slot)
+    })
+    .await;
+    let skip = wait_event(&mut b.events, Duration::from_secs(3), "skip", |e| {
+        is(e, EventKind::Skip, &name, first_slot + 2000)
+    })
+    .await;
+    assert_eq!(skip.reason, "overlap");
+}
+
+/// Order 3: the lease runs out and the next slot's claim comes first: the new run starts and the
+/// dead one is marked interrupted, not retried. Here through catch-up on start, which leaves a
+/// dead run to a newer due slot.
+pub async fn next_slot_first_interrupts_the_dead_run(f: &Fixture) {
+    let name = unique("order3");
+    let slot = slot_ahead(f, 300).await;
+    let first_slot = if (slot / 1000) % 2 == 0 {
+        slot
+    } else {
+        slot + 1000
+    };
+    let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
+    let mut opts = options(800, 130);
+    opts.catch_up = Duration::ZERO; // only the slots this test names
+    let mut a = node(
+        f,
+        "a",
+        vec![job(
+            &name,
+            every_two(),
+            opts,
+            worker(Duration::from_secs(10)),
+        )],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "a's start", |e| {
+        is(e, EventKind::Started, &name, first_slot)
+    })
+    .await;
+    drop(a);
+    // Nobody is up when the next slot falls due.
+    baton_tests::wait_past(&*f.store, first_slot + 2_200).await;
+    // The instance that starts now catches up (the default window, 5 min).
+    let b_opts = options(800, 130);
+    let mut b = node(
+        f,
+        "b",
+        vec![job(
+            &name,
+            every_two(),
+            b_opts,
+            worker(Duration::from_millis(100)),
+        )],
+    )
+    .await;
+    let won = wait_event(
+        &mut b.events,
+        Duration::from_secs(3),
+        "the newer slot",
+        |e| e.kind == EventKind::Won,
+    )
+    .await;
+    assert_eq!(won.slot, first_slot + 2000);
+    assert_eq!(won.reason, "catch-up");
+    let old = f
+        .store
+        .get(&name, first_slot)
+        .await
+        .expect("get")
+        .expect("run");
+    assert_eq!(old.status, Status::Interrupted);
+    assert_eq!(old.attempts.len(), 1, "the dead run is not retried");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok(e) = b.events.try_recv() {
+        assert!(
+            !is(&e, EventKind::Takeover, &name, first_slot),
+            "took over the old run: {e:?}"
+        );
+    }
+}
+
+/// A store that cannot be reached for longer than the lease makes the runner fence itself:
+/// `lost` fires and its signal aborts, although the store never said so.
+pub async fn unreachable_store_longer_than_the_lease_fences_the_runner(
+    f: &Fixture,
+    cut: impl FnOnce() -> Box<dyn FnOnce() + Send>,
+) {
+    let name = unique("cut");
+    let slot = slot_ahead(f, 300).await;
+    let seen: Arc<Mutex<Option<AbortReason>>> = Arc::default();
+    let seen2 = seen.clone();
+    let handler = handler_fn(move |ctx| {
+        let seen = seen2.clone();
+        async move {
+            ctx.signal.aborted().await;
+            *seen.lock().expect("lock") = ctx.signal.reason();
+            Err("aborted".to_owned())
+        }
+    });
+    let mut a = node(
+        f,
+        "a",
+        vec![job(
+            &name,
+            once_at(slot),
+            options(LEASE, HEARTBEAT),
+            handler,
+        )],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "start", |e| {
+        e.kind == EventKind::Started
+    })
+    .await;
+    let restore = cut();
+    let began = Instant::now();
+    let lost = wait_event(&mut a.events, Duration::from_secs(3), "lost", |e| {
+        e.kind == EventKind::Lost
+    })
+    .await;
+    let after = began.elapsed();
+    restore();
+    assert_eq!(lost.reason, "self-fenced");
+    assert!(
+        after <= Duration::from_millis(LEASE + 100),
+        "fenced {after:?} after the cut"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*seen.lock().expect("lock"), Some(AbortReason::Fenced));
+}
+
+/// Runs `baton-test-instance` as a process of its own; returns it with its event lines.
+async fn spawn_process(
+    f: &Fixture,
+    runner: &str,
+    name: &str,
+    cron: &str,
+    work_ms: u64,
+) -> (
+    tokio::process::Child,
+    tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_baton-test-instance"))
+        .args([
+            &f.url,
+            &f.namespace,
+            runner,
+            name,
+            cron,
+            &LEASE.to_string(),
+            &HEARTBEAT.to_string(),
+            &work_ms.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start baton-test-instance");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (child, rx)
+}
+
+async fn wait_line(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    event: &str,
+    within: Duration,
+) -> serde_json::Value {
+    tokio::time::timeout(within, async {
+        while let Some(v) = rx.recv().await {
+            if v["event"] == event {
+                return v;
+            }
+        }
+        panic!("the process ended before {event}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {event} within {within:?}"))
+}
+
+fn signal(child: &tokio::process::Child, sig: i32) {
+    let pid = child.id().expect("running child") as i32;
+    // SAFETY: kill(2) on a child we started and still own.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig})");
+}
+
+/// Separate processes: `kill -9` of the runner mid-attempt; the backup process takes over.
+pub async fn killed_runner_process_is_taken_over_by_the_backup_process(f: &Fixture) {
+    let name = unique("proc-kill");
+    let slot = slot_ahead(f, 800).await;
+    let cron = once_cron(slot);
+    let (mut a, mut a_events) = spawn_process(f, "proc-a", &name, &cron, 30_000).await;
+    wait_line(&mut a_events, "started", Duration::from_secs(5)).await;
+    let (_b, mut b_events) = spawn_process(f, "proc-b", &name, &cron, 200).await;
+    wait_line(&mut b_events, "backup", Duration::from_secs(5)).await;
+    signal(&a, libc::SIGKILL);
+    let _ = a.wait().await;
+    wait_line(&mut b_events, "takeover", Duration::from_secs(3)).await;
+    let run = wait_run(
+        f,
+        &name,
+        slot,
+        Duration::from_secs(3),
+        "finished by the backup",
+        |r| r.status == Status::Success,
+    )
+    .await;
+    assert_eq!(run.attempts[0].runner, "proc-a");
+    assert_eq!(run.attempts[0].outcome, Some(AttemptOutcome::Died));
+    assert_eq!(run.attempts[1].runner, "proc-b");
+    let delay =
+        run.attempts[1].started_at - (run.attempts[0].ended_at.expect("ended") - LEASE as i64);
+    assert!(
+        delay <= (LEASE + 2 * HEARTBEAT) as i64 + 50,
+        "takeover {delay} ms after the last heartbeat"
+    );
+}
+
+/// Separate processes: a runner frozen (`SIGSTOP`) longer than its lease is taken over; when it
+/// wakes (`SIGCONT`) its attempt is lost at once and nothing it does changes the run.
+pub async fn frozen_runner_process_is_fenced_when_it_wakes(f: &Fixture) {
+    let name = unique("proc-freeze");
+    let slot = slot_ahead(f, 800).await;
+    let cron = once_cron(slot);
+    let (a, mut a_events) = spawn_process(f, "frozen-a", &name, &cron, 2_000).await;
+    wait_line(&mut a_events, "started", Duration::from_secs(5)).await;
+    let (_b, mut b_events) = spawn_process(f, "backup-b", &name, &cron, 1_500).await;
+    wait_line(&mut b_events, "backup", Duration::from_secs(5)).await;
+    signal(&a, libc::SIGSTOP);
+    wait_line(&mut b_events, "takeover", Duration::from_secs(3)).await;
+    signal(&a, libc::SIGCONT);
+    let woke = Instant::now();
+    let lost = wait_line(&mut a_events, "lost", Duration::from_secs(2)).await;
+    assert!(
+        woke.elapsed() < Duration::from_millis(200),
+        "lost {:?} after waking",
+        woke.elapsed()
+    );
+    assert!(
+        lost["reason"] == "refused" || lost["reason"] == "self-fenced",
+        "{lost}"
+    );
+    let run = wait_run(
+        f,
+        &name,
+        slot,
+        Duration::from_secs(5),
+        "finished by the backup",
+        |r| r.status == Status::Success,
+    )
+    .await;
+    assert_eq!(run.runner, "backup-b");
+    assert_eq!(
+        run.attempts.len(),
+        2,
+        "the frozen runner changed nothing: {run:#?}"
+    );
+    assert_eq!(run.attempts[0].outcome, Some(AttemptOutcome::Died));
+}
+
+/// Separate processes: `SIGTERM` hands the run over to the backup process at once.
+pub async fn terminated_runner_process_hands_over(f: &Fixture) {
+    let name = unique("proc-term");
+    let slot = slot_ahead(f, 800).await;
+    let cron = once_cron(slot);
+    let (mut a, mut a_events) = spawn_process(f, "term-a", &name, &cron, 30_000).await;
+    wait_line(&mut a_events, "started", Duration::from_secs(5)).await;
+    let (_b, mut b_events) = spawn_process(f, "term-b", &name, &cron, 100).await;
+    wait_line(&mut b_events, "backup", Duration::from_secs(5)).await;
+    signal(&a, libc::SIGTERM);
+    wait_line(&mut a_events, "released", Duration::from_secs(2)).await;
+    let _ = a.wait().await;
+    let run = wait_run(
+        f,
+        &name,
+        slot,
+        Duration::from_secs(3),
+        "finished by the backup",
+        |r| r.status == Status::Success,
+    )
+    .await;
+    assert_eq!(run.attempts[0].outcome, Some(AttemptOutcome::HandedOver));
+    let delay = run.attempts[1].started_at - run.attempts[0].ended_at.expect("ended");
+    assert!(
+        delay <= (2 * HEARTBEAT) as i64 + 50,
+        "handed over in {delay} ms"
+    );
+}
+
+fn once_cron(slot_ms: i64) -> String {
+    once_at(slot_ms).expr().to_owned()
+}
