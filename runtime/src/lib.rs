@@ -5,6 +5,7 @@
 //! ([`lease`]), and the others stand by as backups. The protocol is `spec/leases.md`.
 
 pub mod instance;
+pub mod jobs;
 pub mod lease;
 pub mod schedule;
 pub mod store;
