@@ -212,13 +212,8 @@ pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) 
 /// overlap, and a backup takes the old run over when the lease runs out.
 pub async fn next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over(f: &Fixture) {
     let name = unique("order1");
-    let slot = slot_ahead(f, 300).await;
     let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
-    let first_slot = if (slot / 1000) % 2 == 0 {
-        slot
-    } else {
-        slot + 1000
-    };
+    let first_slot = even_slot_ahead(f).await;
     let mut opts = options(2_500, 400);
     opts.catch_up = Duration::ZERO; // only the slots this test names
     let mut a = node(
@@ -279,12 +274,7 @@ pub async fn next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken
 /// the next slot, due while it runs, is skipped as an overlap.
 pub async fn backup_check_first_takes_over_and_the_next_slot_is_skipped(f: &Fixture) {
     let name = unique("order2");
-    let slot = slot_ahead(f, 300).await;
-    let first_slot = if (slot / 1000) % 2 == 0 {
-        slot
-    } else {
-        slot + 1000
-    };
+    let first_slot = even_slot_ahead(f).await;
     let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
     let mut opts = options(800, 130);
     opts.catch_up = Duration::ZERO; // only the slots this test names
@@ -331,12 +321,7 @@ pub async fn backup_check_first_takes_over_and_the_next_slot_is_skipped(f: &Fixt
 /// dead run to a newer due slot.
 pub async fn next_slot_first_interrupts_the_dead_run(f: &Fixture) {
     let name = unique("order3");
-    let slot = slot_ahead(f, 300).await;
-    let first_slot = if (slot / 1000) % 2 == 0 {
-        slot
-    } else {
-        slot + 1000
-    };
+    let first_slot = even_slot_ahead(f).await;
     let every_two = || Schedule::parse("*/2 * * * * *", "UTC").expect("valid");
     let mut opts = options(800, 130);
     opts.catch_up = Duration::ZERO; // only the slots this test names
@@ -614,6 +599,18 @@ pub async fn terminated_runner_process_hands_over(f: &Fixture) {
         delay <= (2 * HEARTBEAT) as i64 + SLACK_MS,
         "handed over in {delay} ms"
     );
+}
+
+/// An even second about two seconds ahead, returned once the odd second before it has begun,
+/// so that the next slot of `*/2 * * * * *` for an instance started now is this one.
+async fn even_slot_ahead(f: &Fixture) -> i64 {
+    let now = baton_tests::store_now(&*f.store).await;
+    let mut slot = ((now + 2_500) / 1000 + 1) * 1000;
+    if (slot / 1000) % 2 != 0 {
+        slot += 1000;
+    }
+    baton_tests::wait_past(&*f.store, slot - 1_900).await;
+    slot
 }
 
 fn once_cron(slot_ms: i64) -> String {

@@ -104,11 +104,16 @@ pub async fn wait_event(
     what: &str,
     pred: impl Fn(&Event) -> bool,
 ) -> Event {
+    let mut seen = Vec::new();
     let found = tokio::time::timeout(within, async {
         loop {
             match events.recv().await {
                 Ok(e) if pred(&e) => return e,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Ok(e) => seen.push(format!(
+                    "{} {} {} {:?} {}",
+                    e.kind, e.job, e.slot, e.attempt, e.reason
+                )),
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => {
                     panic!("events closed waiting for {what}")
                 }
@@ -116,7 +121,7 @@ pub async fn wait_event(
         }
     })
     .await;
-    found.unwrap_or_else(|_| panic!("no {what} within {within:?}"))
+    found.unwrap_or_else(|_| panic!("no {what} within {within:?}; saw {seen:#?}"))
 }
 
 /// Whether an event is of this kind for this job and slot.

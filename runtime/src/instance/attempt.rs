@@ -1,6 +1,6 @@
 //! Running one won attempt: the handler, its heartbeats, fencing, finish and hand-over.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -168,8 +168,10 @@ async fn fence_timer(deadline: &LeaseDeadline) {
     }
 }
 
-/// Renews the lease every heartbeat. A refused heartbeat notifies `lost`; an I/O error is
-/// retried at the next tick, and the local deadline fences the attempt if none gets through.
+/// Renews the lease every heartbeat. Each heartbeat is sent on its own, so one that hangs does
+/// not hold back the next (at most [`MAX_IN_FLIGHT`] at once); a renewal moves the local deadline
+/// to its send time + lease. A refused heartbeat notifies `lost`; an I/O error is only logged,
+/// and the local deadline fences the attempt if no heartbeat gets through.
 async fn heartbeat_loop(
     inner: Arc<Inner>,
     job: Arc<Job>,
@@ -180,42 +182,57 @@ async fn heartbeat_loop(
     lost: Arc<Notify>,
 ) {
     let every = job.options.heartbeat;
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let mut next = Instant::now() + every;
     loop {
         tokio::time::sleep_until(next.into()).await;
-        next += every;
+        // A tick missed by a long pause is not sent twice.
+        next = (next + every).max(Instant::now());
         if !renewing.load(Ordering::Acquire) {
             return;
         }
-        let sent = Instant::now();
-        let call = inner
-            .store
-            .heartbeat(&job.name, slot, lease.token, job.options.lease);
-        match tokio::time::timeout(every, call).await {
-            Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
-                if renewing.load(Ordering::Acquire) {
-                    deadline.extend(sent + job.options.lease);
+        if in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT {
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        let (inner, job, deadline, renewing, lost, in_flight) = (
+            inner.clone(),
+            job.clone(),
+            deadline.clone(),
+            renewing.clone(),
+            lost.clone(),
+            in_flight.clone(),
+        );
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let patience = deadline.get().saturating_duration_since(sent);
+            let call = inner
+                .store
+                .heartbeat(&job.name, slot, lease.token, job.options.lease);
+            match tokio::time::timeout(patience, call).await {
+                Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
+                    if renewing.load(Ordering::Acquire) {
+                        deadline.extend(sent + job.options.lease);
+                    }
+                }
+                Ok(Ok(HeartbeatOutcome::Lost(state))) => {
+                    tracing::warn!(job = %job.name, slot, attempt = lease.attempt, ?state, "heartbeat refused");
+                    lost.notify_one();
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; the next one retries");
+                }
+                Err(_) => {
+                    tracing::warn!(job = %job.name, slot, "no answer to a heartbeat before the lease deadline");
                 }
             }
-            Ok(Ok(HeartbeatOutcome::Lost(state))) => {
-                tracing::warn!(job = %job.name, slot, attempt = lease.attempt, ?state, "heartbeat refused");
-                lost.notify_one();
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; retrying");
-            }
-            Err(_) => {
-                tracing::warn!(job = %job.name, slot, "heartbeat timed out; retrying");
-            }
-        }
-        // A tick missed by a long pause is not sent twice.
-        let now = Instant::now();
-        if next < now {
-            next = now;
-        }
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 }
+
+/// How many heartbeats of one attempt may wait for an answer at once: 3.
+const MAX_IN_FLIGHT: usize = 3;
 
 /// The handler returned: release on an error after stop began (a hand-over), finish otherwise.
 async fn settle(

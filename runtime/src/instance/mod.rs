@@ -191,6 +191,8 @@ impl Inner {
 pub struct Instance {
     inner: Arc<Inner>,
     engine: Mutex<Option<tokio::runtime::Runtime>>,
+    /// The receiver made before the jobs started, for the first subscriber.
+    first_events: Mutex<Option<broadcast::Receiver<Event>>>,
 }
 
 impl Instance {
@@ -236,7 +238,7 @@ impl Instance {
                 }))
             }
         };
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let (events, first_events) = broadcast::channel(EVENT_BUFFER);
         let inner = Arc::new(Inner {
             store,
             runner: config.runner,
@@ -256,12 +258,16 @@ impl Instance {
         Ok(Instance {
             inner,
             engine: Mutex::new(Some(engine)),
+            first_events: Mutex::new(Some(first_events)),
         })
     }
 
-    /// A stream of every event from now on.
+    /// A stream of events: the first call gets every event since the instance started, later
+    /// calls every event from then on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.inner.events.subscribe()
+        lock(&self.first_events)
+            .take()
+            .unwrap_or_else(|| self.inner.events.subscribe())
     }
 
     /// This instance's runner id.
