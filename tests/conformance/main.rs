@@ -67,4 +67,8 @@ macro_rules! conformance_suite {
 
 conformance_suite! {
     sqlite => baton_tests::backends::sqlite,
+    redis => baton_tests::backends::redis,
+    valkey => baton_tests::backends::valkey,
+    postgres => baton_tests::backends::postgres,
+    redis_cluster => baton_tests::backends::redis_cluster,
 }

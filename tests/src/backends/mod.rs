@@ -1,6 +1,28 @@
 //! One fixture function per backend; the conformance suite runs every case against each.
+//!
+//! Redis and PostgreSQL are the servers of the machine: `BATON_TEST_REDIS_URL` (default
+//! `redis://127.0.0.1:6379`) and `BATON_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). Valkey and the Redis Cluster are servers this
+//! test process starts on free ports (see [`crate::servers`]). Every fixture opens the store in
+//! a namespace of its own, so the tests run in parallel. A server that cannot be reached fails
+//! the test with the way to start it; nothing is skipped.
 
+use std::sync::OnceLock;
+
+use crate::servers::{self, Cluster, Server};
 use crate::Fixture;
+
+/// The Redis server the tests use: `BATON_TEST_REDIS_URL`, or `redis://127.0.0.1:6379`.
+pub fn redis_url() -> String {
+    std::env::var("BATON_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// The PostgreSQL database the tests use: `BATON_TEST_POSTGRES_URL`, or
+/// `postgres://postgres@127.0.0.1:5432/test`.
+pub fn postgres_url() -> String {
+    std::env::var("BATON_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
 
 /// A fresh SQLite file in a temporary directory.
 pub async fn sqlite() -> Fixture {
@@ -9,5 +31,32 @@ pub async fn sqlite() -> Fixture {
     Fixture::open(url, Some(Box::new(dir))).await
 }
 
-pub mod postgres;
-pub mod redis;
+/// The machine's Redis, in a namespace of the test's own.
+pub async fn redis() -> Fixture {
+    Fixture::open(redis_url(), None).await
+}
+
+/// A Valkey server started by this test process (one for the whole process), in a namespace of
+/// the test's own.
+pub async fn valkey() -> Fixture {
+    static VALKEY: OnceLock<Server> = OnceLock::new();
+    let port = tokio::task::spawn_blocking(|| VALKEY.get_or_init(servers::start_valkey).port)
+        .await
+        .expect("start valkey-server");
+    Fixture::open(format!("valkey://127.0.0.1:{port}"), None).await
+}
+
+/// The machine's PostgreSQL, in a namespace of the test's own.
+pub async fn postgres() -> Fixture {
+    Fixture::open(postgres_url(), None).await
+}
+
+/// A three-node Redis Cluster started by this test process (one for the whole process), in a
+/// namespace of the test's own.
+pub async fn redis_cluster() -> Fixture {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    let url = tokio::task::spawn_blocking(|| CLUSTER.get_or_init(servers::start_redis_cluster).url())
+        .await
+        .expect("start the redis cluster");
+    Fixture::open(url, None).await
+}

@@ -1,1 +1,0 @@
-//! Fixtures for the PostgreSQL backend (filled in with the PostgreSQL store).

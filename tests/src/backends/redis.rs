@@ -1,1 +1,0 @@
-//! Fixtures for the Redis and Valkey backends (filled in with the Redis store).
