@@ -19,16 +19,15 @@ pub struct Server {
     pub port: u16,
     /// Its process id, to freeze (`SIGSTOP`) or kill.
     pub pid: u32,
+    child: Child,
     /// Its working directory (removed when the server is dropped).
     _dir: tempfile::TempDir,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SAFETY: kill(2) with a pid we spawned; at worst the process is gone already.
-        unsafe {
-            libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
-        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -148,6 +147,7 @@ pub fn start_redis_like(binary: &Path, extra: &[&str]) -> Server {
     let server = Server {
         port,
         pid: child.id(),
+        child,
         _dir: dir,
     };
     wait_for_port(port, &binary.display().to_string());
@@ -197,12 +197,7 @@ pub fn start_redis_cluster() -> Cluster {
         .map(|_| {
             start_redis_like(
                 Path::new("redis-server"),
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    "5000",
-                ],
+                &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
             )
         })
         .collect();

@@ -55,8 +55,9 @@ pub async fn postgres() -> Fixture {
 /// namespace of the test's own.
 pub async fn redis_cluster() -> Fixture {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    let url = tokio::task::spawn_blocking(|| CLUSTER.get_or_init(servers::start_redis_cluster).url())
-        .await
-        .expect("start the redis cluster");
+    let url =
+        tokio::task::spawn_blocking(|| CLUSTER.get_or_init(servers::start_redis_cluster).url())
+            .await
+            .expect("start the redis cluster");
     Fixture::open(url, None).await
 }

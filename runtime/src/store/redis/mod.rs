@@ -1,0 +1,656 @@
+//! The Redis and Valkey store: one Lua script per operation, on a single server or a Redis
+//! Cluster.
+//!
+//! Every operation is one script, run by SHA (`EVALSHA`, loaded again on `NOSCRIPT`), so it is
+//! one atomic step and one round trip. The store's clock is `TIME` read inside the script. Every
+//! key of a job shares the hash tag `{<namespace>:<job>}`, so a job's scripts are valid on a
+//! Redis Cluster. The keys of a job:
+//!
+//! - `{ns:job}:runs`: a hash from slot to the run's record (JSON, as [`Run`] serializes);
+//! - `{ns:job}:slots`: a sorted set of every slot with state, for the newest slot, history and
+//!   the trim;
+//! - `{ns:job}:running`: a sorted set of the runs whose status is running, scored by lease end,
+//!   so the overlap check (is any lease alive after now?) is logarithmic;
+//! - `{ns:job}:fence`: the job's fence counter.
+//!
+//! Beside them, `{ns}:jobs` is the set of the namespace's job names, added to once per job and
+//! process after a won claim.
+//!
+//! URLs: `redis://[user:password@]host:port[/db]`, `rediss://` for TLS, `valkey://` and
+//! `valkeys://` alike; a cluster is `redis+cluster://host:port,host:port,…` (also
+//! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, RedisError, Script};
+use serde::Deserialize;
+
+use super::{Cause, Store, StoreError};
+use crate::lease::{
+    millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Run, RunState, Status,
+    Token, TokenOutcome,
+};
+
+/// How long opening a store waits for the server before it gives up: 5 s.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one operation waits for the server's answer before it fails with a retryable
+/// error: 5 s.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The oldest Redis this store runs on: 6.2.
+pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
+
+const COMMON: &str = include_str!("common.lua");
+
+/// The four scripts, each with the shared helpers in front.
+struct Scripts {
+    claim: Script,
+    heartbeat: Script,
+    finish: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        Scripts {
+            claim: with_common(include_str!("claim.lua")),
+            heartbeat: with_common(include_str!("heartbeat.lua")),
+            finish: with_common(include_str!("finish.lua")),
+        }
+    }
+}
+
+/// A connection to one server or to a cluster; both reconnect by themselves.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A store on a Redis or Valkey server, or a Redis Cluster.
+pub struct RedisStore {
+    connection: Connection,
+    namespace: String,
+    /// Where the store is, for messages: host and port (of the first seed), never a password.
+    place: String,
+    scripts: Arc<Scripts>,
+    /// The jobs this client has added to `{ns}:jobs` already.
+    registered: Mutex<HashSet<String>>,
+}
+
+/// Opens a Redis or Valkey store from a `redis://`, `rediss://`, `valkey://` or `valkeys://`
+/// URL, or a cluster from `redis+cluster://seed,seed,…`, in a namespace.
+///
+/// Fails within [`CONNECT_TIMEOUT`] with [`StoreError::Unreachable`] (naming host and port) when
+/// the server cannot be reached, and with [`StoreError::Unsupported`] for a server that does
+/// not speak the Redis protocol or is older than Redis 6.2.
+pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(RedisStore::open(url, namespace).await?))
+}
+
+/// Splits a cluster URL into seed URLs: `redis+cluster://u:p@h1:1,h2:2` gives
+/// `redis://u:p@h1:1` and `redis://u:p@h2:2`.
+fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, StoreError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(None);
+    };
+    let Some(base) = scheme.strip_suffix("+cluster") else {
+        return Ok(None);
+    };
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.split(['/', '?']).next().unwrap_or("");
+    let seeds: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{base}://{userinfo}{h}"))
+        .collect();
+    if seeds.is_empty() {
+        return Err(StoreError::InvalidUrl {
+            url: super::redact(url),
+            reason: format!("no seed node after {scheme}://; write {scheme}://HOST:PORT,HOST:PORT"),
+        });
+    }
+    Ok(Some(seeds))
+}
+
+/// Host and port of a redis URL, for messages.
+fn place_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.contains(':') || host.starts_with('[') {
+        host.to_owned()
+    } else {
+        format!("{host}:6379")
+    }
+}
+
+impl RedisStore {
+    /// Opens the store; see [`open`].
+    pub async fn open(url: &str, namespace: &str) -> Result<Self, StoreError> {
+        let seeds = cluster_seeds(url)?;
+        let place = match &seeds {
+            Some(seeds) => format!("cluster {}", place_of(&seeds[0])),
+            None => place_of(url),
+        };
+        let invalid = |e: RedisError| StoreError::InvalidUrl {
+            url: super::redact(url),
+            reason: e.to_string(),
+        };
+        let connect = async {
+            match &seeds {
+                None => {
+                    // A `valkey://` URL is a `redis://` URL to the client.
+                    let client = redis::Client::open(url).map_err(invalid)?;
+                    let config = redis::aio::ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                        .set_number_of_retries(2);
+                    ConnectionManager::new_with_config(client, config)
+                        .await
+                        .map(Connection::Single)
+                        .map_err(|e| connect_error(&place, e))
+                }
+                Some(seeds) => {
+                    let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
+                        .connection_timeout(CONNECT_TIMEOUT)
+                        .response_timeout(RESPONSE_TIMEOUT)
+                        .build()
+                        .map_err(invalid)?;
+                    client
+                        .get_async_connection()
+                        .await
+                        .map(Connection::Cluster)
+                        .map_err(|e| connect_error(&place, e))
+                }
+            }
+        };
+        let connection = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| StoreError::Unreachable {
+                store: place.clone(),
+                source: format!("no answer within {CONNECT_TIMEOUT:?} (the connect timeout)")
+                    .into(),
+            })??;
+        let store = RedisStore {
+            connection,
+            namespace: namespace.to_owned(),
+            place,
+            scripts: Arc::new(Scripts::new()),
+            registered: Mutex::new(HashSet::new()),
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, store.check_server())
+            .await
+            .map_err(|_| StoreError::Unreachable {
+                store: store.place.clone(),
+                source: format!("no answer within {CONNECT_TIMEOUT:?} (the connect timeout)")
+                    .into(),
+            })??;
+        Ok(store)
+    }
+
+    /// Refuses a server older than Redis 6.2 (Valkey reports a Redis version too).
+    async fn check_server(&self) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        // A cluster answers with one reply per node: every node must be recent enough.
+        let info: redis::Value = match self.connection.clone() {
+            Connection::Single(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+        .map_err(|e| connect_error(&self.place, e))?;
+        let mut texts = Vec::new();
+        collect_text(&info, &mut texts);
+        let versions: Vec<&str> = texts
+            .iter()
+            .filter_map(|t| t.lines().find_map(|l| l.strip_prefix("redis_version:")))
+            .map(str::trim)
+            .collect();
+        if versions.is_empty() {
+            return Err(StoreError::Unsupported {
+                store: self.place.clone(),
+                reason: "the server's INFO names no redis_version; Baton needs Redis 6.2 or \
+                         later, or Valkey"
+                    .into(),
+            });
+        }
+        for version in versions {
+            check_version(&self.place, version)?;
+        }
+        Ok(())
+    }
+
+    /// The job's keys, in the order the scripts take them.
+    fn keys(&self, job: &str) -> [String; 4] {
+        let tag = format!("{{{}:{}}}", self.namespace, job);
+        [
+            format!("{tag}:runs"),
+            format!("{tag}:slots"),
+            format!("{tag}:running"),
+            format!("{tag}:fence"),
+        ]
+    }
+
+    fn jobs_key(&self) -> String {
+        format!("{{{}}}:jobs", self.namespace)
+    }
+
+    /// Runs a script with the job's keys and these arguments; returns its JSON answer parsed.
+    async fn script<T: for<'de> Deserialize<'de>>(
+        &self,
+        script: &Script,
+        job: &str,
+        args: &[String],
+    ) -> Result<T, StoreError> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.keys(job) {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let answer: String = match self.connection.clone() {
+            Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
+            Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+        }
+        .map_err(|e| self.error(e))?;
+        serde_json::from_str(&answer).map_err(|e| StoreError::Malformed {
+            store: self.place.clone(),
+            job: job.to_owned(),
+            reason: format!("unexpected script answer {answer:?}: {e}"),
+        })
+    }
+
+    fn error(&self, e: RedisError) -> StoreError {
+        operation_error(&self.place, e)
+    }
+
+    /// Adds the job to the namespace's set of jobs, once per job and client. A failure is left
+    /// for the next won claim to mend: the claim's answer stands.
+    async fn register(&self, job: &str) {
+        let known = self
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(job);
+        if known {
+            return;
+        }
+        let key = self.jobs_key();
+        let added: Result<(), RedisError> = match self.connection.clone() {
+            Connection::Single(mut c) => c.sadd(key, job).await,
+            Connection::Cluster(mut c) => c.sadd(key, job).await,
+        };
+        match added {
+            Ok(()) => {
+                self.registered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(job.to_owned());
+            }
+            Err(e) => tracing::warn!(job, error = %e, "could not record the job's name"),
+        }
+    }
+
+    async fn records(&self, job: &str, slots: Vec<String>) -> Result<Vec<Run>, StoreError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&self.keys(job)[0]).arg(&slots);
+        let raw: Vec<Option<String>> = match self.connection.clone() {
+            Connection::Single(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+        .map_err(|e| self.error(e))?;
+        raw.into_iter()
+            .flatten()
+            .map(|r| self.decode(job, &r))
+            .collect()
+    }
+
+    fn decode(&self, job: &str, record: &str) -> Result<Run, StoreError> {
+        serde_json::from_str(record).map_err(|e| StoreError::Malformed {
+            store: self.place.clone(),
+            job: job.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Every text in a reply (a cluster's INFO is a map from node to text).
+fn collect_text(value: &redis::Value, out: &mut Vec<String>) {
+    match value {
+        redis::Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(s) | redis::Value::VerbatimString { text: s, .. } => {
+            out.push(s.clone())
+        }
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            items.iter().for_each(|v| collect_text(v, out))
+        }
+        redis::Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_text(v, out)),
+        _ => {}
+    }
+}
+
+/// Refuses a Redis older than [`MIN_REDIS_VERSION`].
+fn check_version(place: &str, version: &str) -> Result<(), StoreError> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found < MIN_REDIS_VERSION {
+        return Err(StoreError::Unsupported {
+            store: place.to_owned(),
+            reason: format!(
+                "Redis {version} is too old; Baton needs Redis {}.{} or later (or Valkey)",
+                MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// An error while opening: refused or timed out is unreachable; an answer that is not the
+/// Redis protocol means the server is of another kind.
+fn connect_error(place: &str, e: RedisError) -> StoreError {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() || e.is_connection_dropped() {
+        return StoreError::Unreachable {
+            store: place.to_owned(),
+            source: Box::new(e),
+        };
+    }
+    if matches!(e.kind(), redis::ErrorKind::Parse) {
+        return StoreError::Unsupported {
+            store: place.to_owned(),
+            reason: format!(
+                "it does not speak the Redis protocol ({e}); point the URL at a Redis 6.2+ or \
+                 Valkey server"
+            ),
+        };
+    }
+    operation_error(place, e)
+}
+
+/// An error of an operation: lost connections and timeouts are unreachable (retry), the rest is
+/// the backend's.
+fn operation_error(place: &str, e: RedisError) -> StoreError {
+    let source: Cause = Box::new(e);
+    let retry = source
+        .downcast_ref::<RedisError>()
+        .is_some_and(|e| e.is_io_error() || e.is_timeout() || e.is_connection_dropped());
+    if retry {
+        StoreError::Unreachable {
+            store: place.to_owned(),
+            source,
+        }
+    } else {
+        StoreError::Backend {
+            store: place.to_owned(),
+            source,
+        }
+    }
+}
+
+/// What the claim script answers.
+#[derive(Deserialize)]
+#[serde(tag = "o", rename_all = "kebab-case")]
+enum ClaimAnswer {
+    Won {
+        attempt: u32,
+        token: Token,
+        fence: u64,
+        lease_end: i64,
+    },
+    Running {
+        attempt: u32,
+        runner: String,
+        lease_end: i64,
+    },
+    Overlap {
+        blocking_slot: i64,
+    },
+    Late,
+    Superseded {
+        newer_slot: i64,
+    },
+    Finished {
+        status: Status,
+    },
+    Interrupted,
+}
+
+/// The state the token scripts report with a refusal.
+#[derive(Deserialize)]
+struct StateAnswer {
+    attempt: u32,
+    status: Status,
+    released: bool,
+}
+
+impl From<StateAnswer> for RunState {
+    fn from(s: StateAnswer) -> Self {
+        RunState {
+            attempt: s.attempt,
+            status: s.status,
+            released: s.released,
+        }
+    }
+}
+
+/// What the heartbeat script answers.
+#[derive(Deserialize)]
+#[serde(tag = "o", rename_all = "kebab-case")]
+enum HeartbeatAnswer {
+    Renewed { lease_end: i64 },
+    Lost { state: Option<StateAnswer> },
+}
+
+/// What the finish script answers (finish and release).
+#[derive(Deserialize)]
+#[serde(tag = "o", rename_all = "kebab-case")]
+enum TokenAnswer {
+    Accepted,
+    Refused { state: Option<StateAnswer> },
+}
+
+impl From<TokenAnswer> for TokenOutcome {
+    fn from(a: TokenAnswer) -> Self {
+        match a {
+            TokenAnswer::Accepted => TokenOutcome::Accepted,
+            TokenAnswer::Refused { state } => TokenOutcome::Refused(state.map(Into::into)),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn now(&self) -> Result<i64, StoreError> {
+        let cmd = redis::cmd("TIME");
+        let (secs, micros): (i64, i64) = match self.connection.clone() {
+            Connection::Single(mut c) => cmd.query_async(&mut c).await,
+            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+        .map_err(|e| self.error(e))?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let o = request.options;
+        let args = [
+            request.job.to_owned(),
+            request.slot.to_string(),
+            request.kind.as_str().to_owned(),
+            request.runner.to_owned(),
+            request.token.to_string(),
+            request.digest.unwrap_or("").to_owned(),
+            millis(o.lease).to_string(),
+            o.max_attempts.to_string(),
+            o.overlap.as_str().to_owned(),
+            millis(o.lateness_limit(request.kind)).to_string(),
+            millis(o.retention()).to_string(),
+            o.history_size.to_string(),
+        ];
+        let answer: ClaimAnswer = self.script(&self.scripts.claim, request.job, &args).await?;
+        Ok(match answer {
+            ClaimAnswer::Won {
+                attempt,
+                token,
+                fence,
+                lease_end,
+            } => {
+                self.register(request.job).await;
+                ClaimOutcome::Won(Lease {
+                    attempt,
+                    token,
+                    fence,
+                    lease_end,
+                })
+            }
+            ClaimAnswer::Running {
+                attempt,
+                runner,
+                lease_end,
+            } => ClaimOutcome::Running {
+                attempt,
+                runner,
+                lease_end,
+            },
+            ClaimAnswer::Overlap { blocking_slot } => ClaimOutcome::Overlap { blocking_slot },
+            ClaimAnswer::Late => ClaimOutcome::Late,
+            ClaimAnswer::Superseded { newer_slot } => ClaimOutcome::Superseded { newer_slot },
+            ClaimAnswer::Finished { status } => ClaimOutcome::Finished { status },
+            ClaimAnswer::Interrupted => ClaimOutcome::Interrupted,
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        lease: Duration,
+    ) -> Result<HeartbeatOutcome, StoreError> {
+        let args = [
+            slot.to_string(),
+            token.to_string(),
+            millis(lease).to_string(),
+        ];
+        let answer: HeartbeatAnswer = self.script(&self.scripts.heartbeat, job, &args).await?;
+        Ok(match answer {
+            HeartbeatAnswer::Renewed { lease_end } => HeartbeatOutcome::Renewed { lease_end },
+            HeartbeatAnswer::Lost { state } => HeartbeatOutcome::Lost(state.map(Into::into)),
+        })
+    }
+
+    async fn finish(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Finish,
+    ) -> Result<TokenOutcome, StoreError> {
+        let args = [
+            slot.to_string(),
+            token.to_string(),
+            result.status().as_str().to_owned(),
+        ];
+        let answer: TokenAnswer = self.script(&self.scripts.finish, job, &args).await?;
+        Ok(answer.into())
+    }
+
+    async fn release(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+    ) -> Result<TokenOutcome, StoreError> {
+        let args = [slot.to_string(), token.to_string(), "release".to_owned()];
+        let answer: TokenAnswer = self.script(&self.scripts.finish, job, &args).await?;
+        Ok(answer.into())
+    }
+
+    async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
+        Ok(self
+            .records(job, vec![slot.to_string()])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError> {
+        let key = &self.keys(job)[2];
+        let slots: Vec<String> = match self.connection.clone() {
+            Connection::Single(mut c) => c.zrange(key, 0, -1).await,
+            Connection::Cluster(mut c) => c.zrange(key, 0, -1).await,
+        }
+        .map_err(|e| self.error(e))?;
+        let mut runs = self.records(job, slots).await?;
+        runs.retain(|r| r.status == Status::Running);
+        runs.sort_by_key(|r| r.slot);
+        Ok(runs)
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> Result<Vec<Run>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = &self.keys(job)[1];
+        let stop = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
+        let slots: Vec<String> = match self.connection.clone() {
+            Connection::Single(mut c) => c.zrevrange(key, 0, stop).await,
+            Connection::Cluster(mut c) => c.zrevrange(key, 0, stop).await,
+        }
+        .map_err(|e| self.error(e))?;
+        self.records(job, slots).await
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>, StoreError> {
+        let key = self.jobs_key();
+        let mut jobs: Vec<String> = match self.connection.clone() {
+            Connection::Single(mut c) => c.smembers(key).await,
+            Connection::Cluster(mut c) => c.smembers(key).await,
+        }
+        .map_err(|e| self.error(e))?;
+        jobs.sort();
+        Ok(jobs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_url_gives_one_seed_per_node_with_the_credentials() {
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:pw@a:1,b:2").unwrap(),
+            Some(vec![
+                "redis://u:pw@a:1".to_owned(),
+                "redis://u:pw@b:2".to_owned()
+            ])
+        );
+        assert_eq!(cluster_seeds("redis://a:1").unwrap(), None);
+        assert!(cluster_seeds("valkey+cluster://").is_err());
+    }
+
+    #[test]
+    fn place_names_host_and_port_without_the_password() {
+        assert_eq!(
+            place_of("redis://u:secret@db.local:6380/0"),
+            "db.local:6380"
+        );
+        assert_eq!(place_of("valkey://cache"), "cache:6379");
+    }
+}
