@@ -35,6 +35,7 @@ macro_rules! instance_suite {
 
 instance_suite! {
     sqlite => baton_tests::backends::sqlite,
+    redis => baton_tests::backends::redis,
 }
 
 /// Backend-specific ways to cut a runner off its store.
@@ -62,6 +63,27 @@ mod cut_off {
                 locked_rx.recv().expect("the file is locked");
                 Box::new(move || {
                     let _ = release_tx.send(());
+                })
+            },
+        )
+        .await;
+    }
+
+    /// The runner's own Redis server is frozen (`SIGSTOP`): every command waits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_server_frozen_longer_than_the_lease_fences_the_runner() {
+        let server =
+            baton_tests::servers::start_redis_like(std::path::Path::new("redis-server"), &[]);
+        let pid = server.pid as libc::pid_t;
+        let url = format!("redis://127.0.0.1:{}", server.port);
+        let f = baton_tests::Fixture::open(url, Some(Box::new(server))).await;
+        crate::scenarios::unreachable_store_longer_than_the_lease_fences_the_runner(
+            &f,
+            move || {
+                // SAFETY: signals to the server process this test started.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                Box::new(move || {
+                    unsafe { libc::kill(pid, libc::SIGCONT) };
                 })
             },
         )
