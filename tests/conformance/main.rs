@@ -2,6 +2,7 @@
 //! `<backend>::<case>` (`cargo test --test conformance sqlite::` runs one backend).
 
 mod cases;
+mod redis_only;
 mod sqlite_files;
 
 /// Declares one module per backend with one test per case; every backend gets the same list.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use baton::store::{self, Store};
 
 pub mod backends;
+pub mod proxy;
 pub mod servers;
 
 /// A store opened for one test, isolated from every other test by its own namespace (and, for

@@ -147,6 +147,10 @@ impl RedisStore {
             reason: e.to_string(),
         };
         let connect = async {
+            let first = seeds.as_ref().map_or(url, |s| s[0].as_str());
+            if first.starts_with("redis://") || first.starts_with("valkey://") {
+                probe(&place_of(first)).await?;
+            }
             match &seeds {
                 None => {
                     // A `valkey://` URL is a `redis://` URL to the client.
@@ -325,6 +329,37 @@ impl RedisStore {
             reason: e.to_string(),
         })
     }
+}
+
+/// Sends one `PING` over a plain connection and reads the first byte of the answer, so that a
+/// server of another kind (one that hangs up, or answers in another protocol) is named as such
+/// rather than as a broken pipe. A Redis error reply (`-NOAUTH …`) counts as Redis.
+async fn probe(place: &str) -> Result<(), StoreError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let unreachable = |e: std::io::Error| StoreError::Unreachable {
+        store: place.to_owned(),
+        source: Box::new(e),
+    };
+    let mut socket = tokio::net::TcpStream::connect(place)
+        .await
+        .map_err(unreachable)?;
+    socket
+        .write_all(b"*1\r\n$4\r\nPING\r\n")
+        .await
+        .map_err(unreachable)?;
+    let mut first = [0u8; 1];
+    let answer = match socket.read(&mut first).await {
+        Ok(0) | Err(_) => "hung up without an answer".to_owned(),
+        Ok(_) if b"+-$*:%_#,(=!>|~".contains(&first[0]) => return Ok(()),
+        Ok(_) => format!("answered with byte {:#04x}", first[0]),
+    };
+    Err(StoreError::Unsupported {
+        store: place.to_owned(),
+        reason: format!(
+            "it {answer} to a Redis PING, so it is not a Redis or Valkey server; point the URL \
+             at a Redis 6.2+ or Valkey server"
+        ),
+    })
 }
 
 /// Every text in a reply (a cluster's INFO is a map from node to text).

@@ -1,0 +1,206 @@
+//! What only the Redis and Valkey store has to prove: the errors a user sees when the server is
+//! out of reach, of another kind or too old, and that a claim whose answer was lost can be sent
+//! again without making two winners.
+
+use std::time::{Duration, Instant};
+
+use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+use baton::store::{self, redis::CONNECT_TIMEOUT, StoreError};
+use baton_tests::backends::redis_url;
+use baton_tests::proxy::{Mode, Proxy};
+use baton_tests::{store_now, unique};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+async fn open_err(url: &str) -> StoreError {
+    match store::open(url, "baton").await {
+        Ok(_) => panic!("{url} opened, but should not"),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test]
+async fn silent_server_fails_within_the_connect_timeout_naming_host_and_port_not_the_password() {
+    // Accepts connections and never answers.
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let _keep = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let started = Instant::now();
+    let err = open_err(&format!("redis://baton:hunter2@127.0.0.1:{port}")).await;
+    let took = started.elapsed();
+    let message = err.to_string();
+    assert!(
+        took < CONNECT_TIMEOUT + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    assert!(err.is_retryable(), "{message}");
+    assert_eq!(
+        message,
+        format!("cannot reach store 127.0.0.1:{port}: no answer within 5s (the connect timeout)")
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[tokio::test]
+async fn closed_port_is_unreachable_with_host_and_port() {
+    let port = baton_tests::servers::free_port(false);
+    let err = open_err(&format!("valkey://:secret@127.0.0.1:{port}")).await;
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::Unreachable { .. }), "{message}");
+    assert!(
+        message.starts_with(&format!("cannot reach store 127.0.0.1:{port}: ")),
+        "{message}"
+    );
+    assert!(!message.contains("secret"), "{message}");
+}
+
+/// A server that speaks RESP and says it is Redis 5.0.14: enough to be asked its version.
+async fn old_redis() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut read = BufReader::new(read);
+                loop {
+                    // Each command is an array of bulk strings: *N, then $len and data N times.
+                    let mut line = String::new();
+                    if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let n: usize = line.trim_start_matches('*').trim().parse().unwrap_or(0);
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        let mut len = String::new();
+                        let _ = read.read_line(&mut len).await;
+                        let len: usize = len.trim_start_matches('$').trim().parse().unwrap_or(0);
+                        let mut data = vec![0; len + 2];
+                        let _ = read.read_exact(&mut data).await;
+                        args.push(String::from_utf8_lossy(&data[..len]).to_uppercase());
+                    }
+                    let reply = if args.first().is_some_and(|a| a == "INFO") {
+                        let info = "# Server\r\nredis_version:5.0.14\r\n";
+                        format!("${}\r\n{info}\r\n", info.len())
+                    } else {
+                        "+OK\r\n".to_owned()
+                    };
+                    if write.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn redis_older_than_6_2_is_refused_saying_what_is_needed() {
+    let port = old_redis().await;
+    let err = open_err(&format!("redis://127.0.0.1:{port}")).await;
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "store 127.0.0.1:{port} is not supported: Redis 5.0.14 is too old; Baton needs Redis \
+             6.2 or later (or Valkey)"
+        )
+    );
+}
+
+#[tokio::test]
+async fn server_of_another_kind_is_refused() {
+    // PostgreSQL reads a Redis PING as a bad start-up packet and hangs up.
+    let err = open_err("redis://127.0.0.1:5432").await;
+    assert_eq!(
+        err.to_string(),
+        "store 127.0.0.1:5432 is not supported: it hung up without an answer to a Redis PING, \
+         so it is not a Redis or Valkey server; point the URL at a Redis 6.2+ or Valkey server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
+    let target = redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = Proxy::start(target).await;
+    let namespace = unique("t");
+    let url = format!("redis://127.0.0.1:{}", proxy.port);
+    let through_proxy = store::open(&url, &namespace).await.expect("open via proxy");
+    let direct = store::open(&redis_url(), &namespace)
+        .await
+        .expect("open directly");
+    let options = LeaseOptions::with_lease(Duration::from_secs(5));
+    let slot = store_now(&*direct).await;
+
+    // Load the scripts through the proxy first, so the cut claim below runs on the server.
+    let warm = ClaimRequest {
+        job: "warm-up",
+        slot,
+        kind: ClaimKind::Scheduled,
+        runner: "a",
+        token: Token::random(),
+        digest: None,
+        options: &options,
+    };
+    through_proxy.claim(&warm).await.expect("warm-up claim");
+
+    let job = unique("job");
+    let request = ClaimRequest {
+        job: &job,
+        slot,
+        kind: ClaimKind::Scheduled,
+        runner: "a",
+        token: Token::random(),
+        digest: None,
+        options: &options,
+    };
+    proxy.set(Mode::CutReplies);
+    let err = through_proxy
+        .claim(&request)
+        .await
+        .expect_err("the answer was cut");
+    assert!(err.is_retryable(), "a dropped answer is retryable: {err}");
+    let run = direct
+        .get(&job, slot)
+        .await
+        .expect("get")
+        .expect("the claim took effect on the server");
+    assert_eq!(run.token, request.token);
+
+    proxy.set(Mode::Pass);
+    let retried = loop {
+        match through_proxy.claim(&request).await {
+            Ok(outcome) => break outcome,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("retry failed for good: {e}"),
+        }
+    };
+    let ClaimOutcome::Won(lease) = retried else {
+        panic!("the retried claim gets its own win back, got {retried:?}");
+    };
+    assert_eq!((lease.attempt, lease.token), (1, request.token));
+    assert_eq!(
+        lease.lease_end, run.lease_end,
+        "the same lease, not a new one"
+    );
+    let other = ClaimRequest {
+        runner: "b",
+        token: Token::random(),
+        ..request.clone()
+    };
+    assert!(
+        matches!(
+            direct.claim(&other).await.expect("claim"),
+            ClaimOutcome::Running { ref runner, .. } if runner == "a"
+        ),
+        "a second claimer sees the one winner"
+    );
+}

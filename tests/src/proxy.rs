@@ -1,0 +1,175 @@
+//! A small fault-injecting TCP proxy for the tests: it forwards 127.0.0.1:`port` to a target
+//! and can be told to delay, to swallow the server's replies and cut the connection, or to
+//! refuse every connection (a partition).
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the proxy does to traffic now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward both ways.
+    Pass,
+    /// Forward requests, but swallow the next reply and cut the connection: the request took
+    /// effect on the server, the client never hears of it.
+    CutReplies,
+    /// Cut every connection and refuse new ones: the store is out of reach.
+    Partition,
+}
+
+impl Mode {
+    fn code(self) -> u8 {
+        match self {
+            Mode::Pass => 0,
+            Mode::CutReplies => 1,
+            Mode::Partition => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Mode {
+        match code {
+            1 => Mode::CutReplies,
+            2 => Mode::Partition,
+            _ => Mode::Pass,
+        }
+    }
+}
+
+struct Shared {
+    mode: AtomicU8,
+    delay_ms: AtomicU64,
+    /// Bumped by every change to [`Mode::Partition`], so live connections notice and close.
+    generation: AtomicU64,
+}
+
+/// A running proxy; it stops when dropped.
+pub struct Proxy {
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    /// Starts a proxy to `target` (`host:port`) on a free port.
+    pub async fn start(target: String) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = Arc::new(Shared {
+            mode: AtomicU8::new(Mode::Pass.code()),
+            delay_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                if Mode::from_code(s.mode.load(Ordering::SeqCst)) == Mode::Partition {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target).await else {
+                    continue;
+                };
+                tokio::spawn(pipe(client, server, s.clone()));
+            }
+        });
+        Proxy { port, shared, task }
+    }
+
+    /// Changes what the proxy does from now on.
+    pub fn set(&self, mode: Mode) {
+        if mode == Mode::Partition {
+            self.shared.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        self.shared.mode.store(mode.code(), Ordering::SeqCst);
+    }
+
+    /// Delays every chunk forwarded in either direction by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared.delay_ms.store(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
+    let generation = s.generation.load(Ordering::SeqCst);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let live = |s: &Shared| {
+        s.generation.load(Ordering::SeqCst) == generation
+            && Mode::from_code(s.mode.load(Ordering::SeqCst)) != Mode::Partition
+    };
+    let up = {
+        let s = s.clone();
+        async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = match client_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                delay(&s).await;
+                if !live(&s) || server_write.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    let down = {
+        let s = s.clone();
+        async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = match server_read.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                delay(&s).await;
+                if !live(&s) || Mode::from_code(s.mode.load(Ordering::SeqCst)) == Mode::CutReplies {
+                    return;
+                }
+                if client_write.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    // Either direction ending closes both: dropping the halves shuts the sockets.
+    let watch = {
+        let s = s.clone();
+        async move {
+            while live(&s) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = watch => {}
+    }
+}
+
+async fn delay(s: &Shared) {
+    let ms = s.delay_ms.load(Ordering::SeqCst);
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
