@@ -4,8 +4,11 @@
 //! hosts race an atomic claim in one shared [`store`], the winner runs the job under a lease
 //! ([`lease`]), and the others stand by as backups. The protocol is `spec/leases.md`.
 
+pub mod http;
 pub mod instance;
 pub mod jobs;
 pub mod lease;
+pub mod metrics;
+pub mod report;
 pub mod schedule;
 pub mod store;
