@@ -9,3 +9,4 @@ pub mod jobs;
 pub mod lease;
 pub mod schedule;
 pub mod store;
+pub mod wasm;
