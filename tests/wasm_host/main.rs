@@ -1,6 +1,8 @@
-//! The Wasm host's tests: the guest components of `guests/`, run through their handlers, the
-//! instance, the jobs directory and the real `baton` binary.
+//! The Wasm host's tests: the guest components of `guests/`, run through their handlers, an
+//! instance with a jobs directory, and the real `baton` binary.
 
+mod cli;
 mod guests;
+mod jobs_dir;
 mod latency;
 mod support;
