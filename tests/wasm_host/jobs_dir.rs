@@ -34,7 +34,7 @@ async fn start(
     (Arc::new(instance), events)
 }
 
-async fn wait_event(
+pub async fn wait_event(
     events: &mut broadcast::Receiver<Event>,
     within: Duration,
     what: &str,

@@ -5,4 +5,5 @@ mod cli;
 mod guests;
 mod jobs_dir;
 mod latency;
+mod stopping;
 mod support;
