@@ -73,8 +73,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("opening store {redacted}"))?,
     );
     let mut dir = JobsDirectory::new(&args.jobs, host);
-    let changes = dir
-        .sync(&instance)
+    // Compiling the components is CPU work: keep it off the async workers' backs.
+    let changes = tokio::task::block_in_place(|| dir.sync(&instance))
         .with_context(|| format!("reading jobs directory {}", args.jobs.display()))?;
     let broken = changes
         .iter()

@@ -115,8 +115,10 @@ async fn run(
 
     match end {
         End::Returned(result) => {
-            // The lease may have run out while the handler returned.
-            if deadline.has_passed() {
+            // The lease may have run out while the handler returned, or a host watchdog may
+            // have fenced the attempt (e.g. on waking from a freeze) before a late heartbeat
+            // moved the deadline again: either way nothing it returns may change the run.
+            if deadline.has_passed() || signal.reason() == Some(AbortReason::Fenced) {
                 fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
                 return;
             }
