@@ -108,20 +108,25 @@ pub(crate) struct Stopped {
     run_timeout: Duration,
 }
 
+/// How every message about a guest the host stopped begins.
+pub(crate) const STOPPED_PREFIX: &str = "interrupted by the host: ";
+
 fn stopped_message(cause: StopCause, run_timeout: Duration) -> String {
+    let why = stop_reason(cause, run_timeout);
+    format!("{STOPPED_PREFIX}{why}")
+}
+
+fn stop_reason(cause: StopCause, run_timeout: Duration) -> String {
     match cause {
-        StopCause::Lost => {
-            "interrupted by the host: the attempt lost its lease (a heartbeat was refused)".into()
-        }
+        StopCause::Lost => "the attempt lost its lease (a heartbeat was refused)".into(),
         StopCause::Fenced => {
-            "interrupted by the host: the attempt's lease deadline passed without a renewal (self-fenced)".into()
+            "the attempt's lease deadline passed without a renewal (self-fenced)".into()
         }
         StopCause::StopTimeout => {
-            "interrupted by the host: still running at the stop timeout; the lease is handed over"
-                .into()
+            "still running at the stop timeout; the lease is handed over".into()
         }
         StopCause::RunTimeout => format!(
-            "interrupted by the host: ran past its run timeout of {} (limits.run_timeout)",
+            "ran past its run timeout of {} (limits.run_timeout)",
             crate::jobs::format_duration(run_timeout)
         ),
     }

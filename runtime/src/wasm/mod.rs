@@ -332,6 +332,7 @@ impl Handler for WasmJob {
         let component = self.component.clone();
         let sandbox = self.sandbox.clone();
         let log = log::AttemptLog::new(&ctx.job, ctx.slot, ctx.attempt, host.log_sink.clone());
+        let (job, slot, attempt) = (ctx.job.clone(), ctx.slot, ctx.attempt);
         let _watch = host
             .watchdog
             .watch(ctx.deadline.clone(), ctx.signal.clone());
@@ -362,6 +363,11 @@ impl Handler for WasmJob {
             Err(_) => Err("the guest's call was cancelled".to_owned()),
         };
         log.finish();
+        if let Err(message) = &result {
+            if message.starts_with(attempt::STOPPED_PREFIX) {
+                tracing::warn!(job = %job, slot = %crate::schedule::format_utc(slot), attempt, "{message}");
+            }
+        }
         result
     }
 
