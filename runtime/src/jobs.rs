@@ -32,6 +32,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::lease::{LeaseOptions, OptionsError, Overlap};
+
+pub mod directory;
 use crate::schedule::{Schedule, ScheduleError};
 
 /// The default memory cap of a job: 64 MiB.
@@ -213,6 +215,38 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(factor)
         .ok_or_else(|| format!("{s:?} is out of range"))
+}
+
+/// A size as a person writes it: `64 MiB`, `512 KiB`, `1.5 GiB`, `100 B`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (factor, unit) in UNITS {
+        if bytes >= factor {
+            let n = bytes as f64 / factor as f64;
+            return if bytes % factor == 0 {
+                format!("{} {unit}", bytes / factor)
+            } else {
+                format!("{n:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// A duration as a job file writes it: `500ms`, `30s`, `5m`, `2h`, or seconds with a fraction.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.3}s", d.as_secs_f64())
+    }
 }
 
 /// Reads and validates one job file; the component is expected beside it.

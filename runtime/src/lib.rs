@@ -12,3 +12,4 @@ pub mod metrics;
 pub mod report;
 pub mod schedule;
 pub mod store;
+pub mod wasm;

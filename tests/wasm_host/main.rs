@@ -1,12 +1,9 @@
-//! The Wasm host's tests: the guest components of `guests/`, run through the real instance.
+//! The Wasm host's tests: the guest components of `guests/`, run through their handlers, an
+//! instance with a jobs directory, and the real `baton` binary.
 
-#[test]
-fn guests_are_built() {
-    for path in [
-        env!("GUEST_HELLO"),
-        env!("GUEST_BUSY_LOOP"),
-        env!("GUEST_OTHER_WORLD"),
-    ] {
-        assert!(std::path::Path::new(path).is_file(), "{path}");
-    }
-}
+mod cli;
+mod guests;
+mod jobs_dir;
+mod latency;
+mod stopping;
+mod support;

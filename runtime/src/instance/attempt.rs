@@ -115,8 +115,10 @@ async fn run(
 
     match end {
         End::Returned(result) => {
-            // The lease may have run out while the handler returned.
-            if deadline.has_passed() {
+            // The lease may have run out while the handler returned, or a host watchdog may
+            // have fenced the attempt (e.g. on waking from a freeze) before a late heartbeat
+            // moved the deadline again: either way nothing it returns may change the run.
+            if deadline.has_passed() || signal.reason() == Some(AbortReason::Fenced) {
                 fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
                 return;
             }
@@ -131,9 +133,19 @@ async fn run(
             wait_for_handler(task, &abandon).await;
         }
         End::Abandoned => {
-            task.abort();
-            tracing::warn!(job = %name, slot, attempt = lease.attempt,
-                "still running at the stop timeout: no longer renewed; a backup takes over when the lease runs out");
+            // The signal aborted with StopTimeout: a handler that can be interrupted ends now,
+            // and its lease is released so a backup takes over within two heartbeats.
+            match tokio::time::timeout(super::STOP_GRACE, &mut task).await {
+                Ok(_) if !deadline.has_passed() => {
+                    release_after_stop_timeout(inner, name, slot, &lease).await;
+                }
+                Ok(_) => fence(inner, name, slot, &lease, &signal, AbortReason::Fenced),
+                Err(_) => {
+                    task.abort();
+                    tracing::warn!(job = %name, slot, attempt = lease.attempt,
+                        "still running after the stop timeout: no longer renewed; a backup takes over when the lease runs out");
+                }
+            }
         }
     }
 }
@@ -144,6 +156,28 @@ async fn wait_for_handler(mut task: tokio::task::JoinHandle<Result<(), String>>,
     tokio::select! {
         _ = &mut task => {}
         _ = abandon.notified() => task.abort(),
+    }
+}
+
+/// Releases the lease of an attempt whose handler was stopped at the stop timeout: a hand-over.
+async fn release_after_stop_timeout(inner: &Inner, job: &str, slot: i64, lease: &Lease) {
+    match inner.store.release(job, slot, lease.token).await {
+        Ok(TokenOutcome::Accepted) => {
+            inner.emit(
+                EventKind::Released,
+                job,
+                slot,
+                Some(lease.attempt),
+                "stop-timeout",
+            );
+        }
+        Ok(TokenOutcome::Refused(_)) => {
+            inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), "refused");
+        }
+        Err(e) => {
+            tracing::warn!(job = %job, slot, error = %e,
+                "cannot release the lease after the stop timeout; a backup takes over when it runs out");
+        }
     }
 }
 
@@ -245,7 +279,11 @@ async fn settle(
     result: Result<(), String>,
 ) {
     let name = &job.name;
-    let hand_over = result.is_err() && signal.reason() == Some(AbortReason::Stopping);
+    let hand_over = result.is_err()
+        && matches!(
+            signal.reason(),
+            Some(AbortReason::Stopping | AbortReason::StopTimeout)
+        );
     loop {
         let answer = if hand_over {
             inner.store.release(name, slot, lease.token).await

@@ -57,7 +57,7 @@ impl AbortReason {
     }
 }
 
-type AbortHook = Box<dyn FnOnce(AbortReason) + Send>;
+type AbortHook = Arc<dyn Fn(AbortReason) + Send + Sync>;
 
 #[derive(Default)]
 struct SignalInner {
@@ -67,7 +67,8 @@ struct SignalInner {
 }
 
 /// The attempt's abort signal (the spec's `ctx.signal`): aborted once the attempt is lost,
-/// fenced, or its instance is stopping. The first abort's reason sticks.
+/// fenced, or its instance is stopping. The first abort's reason sticks, except that a stop
+/// timeout escalates a stopping signal to [`AbortReason::StopTimeout`].
 #[derive(Clone, Default)]
 pub struct Signal {
     inner: Arc<SignalInner>,
@@ -100,32 +101,53 @@ impl Signal {
         }
     }
 
-    /// Runs `hook` when the signal is aborted (at once if it is already), on the aborting thread.
-    /// Meant for hosts that must stop a guest the instant its attempt ends.
-    pub fn on_abort(&self, hook: impl FnOnce(AbortReason) + Send + 'static) {
-        let mut hooks = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner());
-        match self.reason() {
-            Some(reason) => {
-                drop(hooks);
-                hook(reason);
-            }
-            None => hooks.push(Box::new(hook)),
+    /// Runs `hook` on the aborting thread when the signal is aborted (at once if it is already)
+    /// and again when a stop timeout escalates it. Meant for hosts that must stop a guest the
+    /// instant its attempt ends. A hook may see the same reason twice, so it must be idempotent.
+    pub fn on_abort(&self, hook: impl Fn(AbortReason) + Send + Sync + 'static) {
+        let hook: AbortHook = Arc::new(hook);
+        self.inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook.clone());
+        if let Some(reason) = self.reason() {
+            hook(reason);
         }
     }
 
-    /// Aborts the signal; returns whether this call was the first.
+    /// Aborts the signal; returns whether this call was the first. A stop timeout after a
+    /// stop escalates the reason (and runs the hooks again); any other later abort is ignored.
     pub fn abort(&self, reason: AbortReason) -> bool {
         let first = self
             .inner
             .reason
             .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
-        if first {
-            let hooks =
-                std::mem::take(&mut *self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner()));
+        let escalated = !first
+            && reason == AbortReason::StopTimeout
+            && self
+                .inner
+                .reason
+                .compare_exchange(
+                    AbortReason::Stopping.code(),
+                    reason.code(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok();
+        if first || escalated {
+            let hooks = self
+                .inner
+                .hooks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             for hook in hooks {
                 hook(reason);
             }
+        }
+        if first {
             self.inner.notify.notify_waiters();
         }
         first
@@ -145,7 +167,9 @@ fn base() -> Instant {
 }
 
 impl LeaseDeadline {
-    pub(crate) fn new(at: Instant) -> Self {
+    /// A deadline at `at`. The instance makes one per attempt; hosts and tests that run a
+    /// handler on their own make their own.
+    pub fn new(at: Instant) -> Self {
         let d = LeaseDeadline {
             nanos: Arc::new(AtomicU64::new(0)),
         };

@@ -33,7 +33,10 @@ pub(super) async fn job_loop(inner: Arc<Inner>, job: Arc<Job>) {
             return;
         };
         let wait = u64::try_from(next - inner.clock.now()).unwrap_or(0);
-        if inner.sleep_or_stop(Duration::from_millis(wait)).await {
+        if inner
+            .sleep_or_retired(&job, Duration::from_millis(wait))
+            .await
+        {
             return;
         }
         // After a long pause (a frozen host), only the latest due slot is claimed.
@@ -88,7 +91,7 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
             return;
         }
     }
-    if inner.sleep_or_stop(catch_up_jitter(job)).await {
+    if inner.sleep_or_retired(job, catch_up_jitter(job)).await {
         return;
     }
     claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
@@ -206,6 +209,10 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
         if stopping || lock(&inner.attempts).contains_key(&key) {
             return;
         }
+        // A takeover runs the job's current version; a removed job is no longer watched.
+        let Some(job) = inner.current_job(&job.name) else {
+            return;
+        };
         // Running re-arms this watch; Won runs the attempt; any other answer ends it.
         claim_and_handle(&inner, &job, slot, ClaimKind::Takeover).await;
     });
@@ -222,6 +229,9 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
             if inner.sleep_or_stop(backup_delay(&job)).await {
                 return;
             }
+            let Some(job) = inner.current_job(&job.name) else {
+                return;
+            };
             match inner.store.get(&job.name, slot).await {
                 Ok(Some(run)) if run.status == Status::Running => {
                     inner.emit(

@@ -24,6 +24,10 @@ mod job;
 pub use events::{Event, EventKind};
 pub use handler::{handler_fn, AbortReason, Handler, LeaseDeadline, RunContext, Signal};
 
+/// How long a handler may take to end once its signal aborts at the stop timeout before its
+/// lease is left to run out instead of released: 500 ms.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+
 /// How many events a slow subscriber may fall behind before it misses some: 4096.
 pub const EVENT_BUFFER: usize = 4096;
 
@@ -80,6 +84,9 @@ pub enum InstanceError {
     /// Two jobs have the same name.
     #[error("job {0:?} is defined twice")]
     DuplicateJob(String),
+    /// The instance was stopped; it takes no more jobs.
+    #[error("the instance is stopped")]
+    Stopped,
     /// The lease engine's runtime could not be built.
     #[error("cannot start the lease engine: {0}")]
     Runtime(#[source] std::io::Error),
@@ -139,6 +146,10 @@ pub(crate) struct Inner {
     attempts: Mutex<HashMap<(String, i64), ActiveAttempt>>,
     attempt_ended: Notify,
     watched: Mutex<HashSet<(String, i64)>>,
+    /// The current version of every job, by name.
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    /// Woken whenever a job is replaced or removed.
+    retired: Notify,
     work: tokio::runtime::Handle,
     clock: StoreClock,
 }
@@ -161,6 +172,35 @@ impl Inner {
         tokio::select! {
             _ = tokio::time::sleep(d) => self.is_stopping(),
             _ = stopped => true,
+        }
+    }
+
+    /// The current version of a job, if it is still one of the instance's jobs.
+    fn current_job(&self, name: &str) -> Option<Arc<Job>> {
+        lock(&self.jobs).get(name).cloned()
+    }
+
+    /// Whether `job` is still the current version of its job.
+    fn is_current(&self, job: &Arc<Job>) -> bool {
+        lock(&self.jobs)
+            .get(&job.name)
+            .is_some_and(|current| Arc::ptr_eq(current, job))
+    }
+
+    /// Sleeps for `d`, or until stop begins or `job` is replaced or removed; returns whether
+    /// the loop of this version of the job must end.
+    async fn sleep_or_retired(&self, job: &Arc<Job>, d: Duration) -> bool {
+        let until = tokio::time::Instant::now() + d;
+        loop {
+            let retired = self.retired.notified();
+            if !self.is_current(job) {
+                return true;
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            tokio::select! {
+                stopping = self.sleep_or_stop(left) => return stopping || !self.is_current(job),
+                _ = retired => {}
+            }
         }
     }
 
@@ -248,11 +288,15 @@ impl Instance {
             attempts: Mutex::new(HashMap::new()),
             attempt_ended: Notify::new(),
             watched: Mutex::new(HashSet::new()),
+            jobs: Mutex::new(HashMap::new()),
+            retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
             clock,
         });
         for job in jobs {
-            engine.spawn(job::job_loop(inner.clone(), Arc::new(job)));
+            let job = Arc::new(job);
+            lock(&inner.jobs).insert(job.name.clone(), job.clone());
+            engine.spawn(job::job_loop(inner.clone(), job));
         }
         engine.spawn(resync_clock(inner.clone()));
         Ok(Instance {
@@ -270,6 +314,42 @@ impl Instance {
             .unwrap_or_else(|| self.inner.events.subscribe())
     }
 
+    /// Adds a job, or replaces the job of that name: from now on its claims, takeovers and
+    /// backups use the new version (its schedule, options and handler), starting with catch-up
+    /// as on start. An attempt already running keeps the version it started with.
+    pub fn upsert_job(&self, job: Job) -> Result<(), InstanceError> {
+        job.options
+            .validate()
+            .map_err(|source| InstanceError::Options {
+                job: job.name.clone(),
+                source,
+            })?;
+        let engine = lock(&self.engine);
+        let Some(engine) = engine.as_ref() else {
+            return Err(InstanceError::Stopped);
+        };
+        let job = Arc::new(job);
+        lock(&self.inner.jobs).insert(job.name.clone(), job.clone());
+        self.inner.retired.notify_waiters();
+        engine.spawn(job::job_loop(self.inner.clone(), job));
+        Ok(())
+    }
+
+    /// Removes a job: no more claims or takeovers of it. An attempt already running goes on to
+    /// its end. Returns whether the job was there.
+    pub fn remove_job(&self, name: &str) -> bool {
+        let removed = lock(&self.inner.jobs).remove(name).is_some();
+        self.inner.retired.notify_waiters();
+        removed
+    }
+
+    /// The names of the instance's jobs, sorted.
+    pub fn job_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.inner.jobs).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// This instance's runner id.
     pub fn runner(&self) -> &str {
         &self.inner.runner
@@ -282,8 +362,10 @@ impl Instance {
 
     /// Stops the instance: no new claims; every running handler's signal aborts. A handler that
     /// then returns an error is released (handed over to a backup at its next check); one that
-    /// returns normally is finished as success; one still running after `timeout` is no longer
-    /// renewed, and a backup takes over when its lease runs out.
+    /// returns normally is finished as success. At `timeout` the signal of a handler still
+    /// running aborts again with [`AbortReason::StopTimeout`]: one that ends within
+    /// [`STOP_GRACE`] then (the Wasm host interrupts its guest at once) is released too; one
+    /// that does not is no longer renewed, and a backup takes over when its lease runs out.
     pub async fn stop(&self, timeout: Duration) -> StopReport {
         let inner = &self.inner;
         inner.stopping.store(true, Ordering::Release);
@@ -310,9 +392,18 @@ impl Instance {
             }
             attempts.len()
         };
-        // Let the abandoned attempts see the notice before the engine goes.
+        // Let the abandoned attempts end and release their leases before the engine goes.
         if abandoned > 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            let deadline = tokio::time::Instant::now() + STOP_GRACE + Duration::from_secs(2);
+            loop {
+                let ended = inner.attempt_ended.notified();
+                if lock(&inner.attempts).is_empty() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                    break;
+                }
+            }
         }
         if let Some(engine) = lock(&self.engine).take() {
             engine.shutdown_background();

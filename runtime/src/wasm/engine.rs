@@ -1,0 +1,150 @@
+//! The one engine (epoch interruption, pooling allocator), the linker, and the compile cache:
+//! each component is compiled once per file content and kept pre-instantiated.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::attempt::AttemptState;
+use super::bindings::{Job as JobWorld, JobPre};
+use super::LoadError;
+
+/// How many guest instances may be alive at once on one host: 256. An attempt past it waits
+/// for a slot of the pool and fails if none frees up.
+pub const MAX_INSTANCES: u32 = 256;
+
+/// The largest memory cap a job may ask for: 4 GiB, the size of a 32-bit memory.
+pub const MAX_MEMORY: u64 = 4 << 30;
+
+/// A component compiled and linked, ready to instantiate once per attempt.
+pub struct LoadedComponent {
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// `sha256:` and the hex SHA-256 of the file's bytes.
+    pub digest: String,
+    pub(crate) pre: JobPre<AttemptState>,
+}
+
+impl std::fmt::Debug for LoadedComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedComponent")
+            .field("path", &self.path)
+            .field("digest", &self.digest)
+            .finish()
+    }
+}
+
+/// The engine, its linker and the compiled components.
+pub(crate) struct Compiler {
+    pub(crate) engine: Engine,
+    linker: Linker<AttemptState>,
+    cache: Mutex<HashMap<String, Weak<LoadedComponent>>>,
+}
+
+/// The engine's configuration: epoch interruption on, the pooling allocator sized for
+/// [`MAX_INSTANCES`] instances of up to [`MAX_MEMORY`] each.
+fn config() -> Config {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES * 8)
+        .total_memories(MAX_INSTANCES * 2)
+        .total_tables(MAX_INSTANCES * 8)
+        .total_stacks(MAX_INSTANCES)
+        .max_memory_size(usize::try_from(MAX_MEMORY).unwrap_or(usize::MAX));
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .wasm_component_model(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+impl Compiler {
+    pub(crate) fn new() -> Result<Compiler, LoadError> {
+        let engine = Engine::new(&config()).map_err(|e| LoadError::Engine {
+            message: format!("{e:#}"),
+        })?;
+        let mut linker = Linker::new(&engine);
+        let linked = wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| JobWorld::add_to_linker::<_, HasSelf<AttemptState>>(&mut linker, |s| s));
+        linked.map_err(|e| LoadError::Engine {
+            message: format!("{e:#}"),
+        })?;
+        Ok(Compiler {
+            engine,
+            linker,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Loads a component file: from the cache if a component with the same bytes is loaded,
+    /// else compiled, checked against the world, and pre-instantiated.
+    pub(crate) fn load(&self, path: &Path) -> Result<Arc<LoadedComponent>, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.retain(|_, weak| weak.strong_count() > 0);
+            if let Some(found) = cache.get(&digest).and_then(Weak::upgrade) {
+                if found.path == path {
+                    return Ok(found);
+                }
+                // Same bytes at another path: share the compiled code, keep this path.
+                let loaded = Arc::new(LoadedComponent {
+                    path: path.to_path_buf(),
+                    digest,
+                    pre: found.pre.clone(),
+                });
+                return Ok(loaded);
+            }
+        }
+        let loaded = Arc::new(self.compile(path, &bytes, digest.clone())?);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.insert(digest, Arc::downgrade(&loaded));
+        Ok(loaded)
+    }
+
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<LoadedComponent, LoadError> {
+        let path = path.to_path_buf();
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError::NotWasm { path });
+        }
+        let component =
+            Component::from_binary(&self.engine, bytes).map_err(|e| LoadError::Compile {
+                path: path.clone(),
+                message: format!("{e:#}"),
+            })?;
+        let exports: Vec<String> = component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        if !exports.iter().any(|name| name == "run") {
+            return Err(LoadError::NotAJob { path, exports });
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Imports {
+                path: path.clone(),
+                message: format!("{e:#}"),
+            })?;
+        let pre = JobPre::new(pre).map_err(|e| LoadError::WrongExport {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        })?;
+        Ok(LoadedComponent { path, digest, pre })
+    }
+}

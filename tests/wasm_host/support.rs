@@ -1,0 +1,107 @@
+//! One Wasm host for the whole test binary, with its guest lines captured, and ways to run a
+//! guest's attempt directly through its handler.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use baton::instance::{Handler, LeaseDeadline, RunContext, Signal};
+use baton::lease::ClaimKind;
+use baton::wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost, WasmJob};
+
+static LINES: Mutex<Vec<GuestLine>> = Mutex::new(Vec::new());
+
+/// The host every test shares (one engine, one compile cache, one watchdog).
+pub fn host() -> &'static WasmHost {
+    static HOST: OnceLock<WasmHost> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let sink: LogSink = Arc::new(|line: &GuestLine| {
+            LINES
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(line.clone())
+        });
+        WasmHost::new(HostConfig {
+            log_sink: sink,
+            ..HostConfig::default()
+        })
+        .expect("the wasm host starts")
+    })
+}
+
+/// The lines the guests of job `job` wrote.
+pub fn lines_of(job: &str) -> Vec<GuestLine> {
+    LINES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|l| l.job == job)
+        .cloned()
+        .collect()
+}
+
+/// The default sandbox: nothing granted, 64 MiB, a 60 s run timeout.
+pub fn sandbox() -> Sandbox {
+    Sandbox {
+        job_file: PathBuf::from("test.toml"),
+        memory: 64 << 20,
+        run_timeout: Duration::from_secs(60),
+        data_dir: None,
+        env: Vec::new(),
+    }
+}
+
+/// A job of a built guest (`env!("GUEST_…")`) in a sandbox.
+pub fn job(component: &str, sandbox: Sandbox) -> WasmJob {
+    let loaded = host().load(component).expect("the guest loads");
+    host().job_from(loaded, sandbox)
+}
+
+/// An attempt's context, with a lease that stays alive for an hour.
+pub fn context(job: &str) -> RunContext {
+    RunContext {
+        job: job.to_owned(),
+        slot: 1_767_225_600_000,
+        attempt: 1,
+        reason: ClaimKind::Scheduled,
+        runner: "test-runner".to_owned(),
+        fence: 7,
+        signal: Signal::new(),
+        deadline: LeaseDeadline::new(Instant::now() + Duration::from_secs(3600)),
+    }
+}
+
+/// A name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    baton_tests::unique(prefix)
+}
+
+/// Runs one attempt to its end, or panics after `within`.
+pub async fn run(job: &WasmJob, ctx: RunContext, within: Duration) -> Result<(), String> {
+    tokio::time::timeout(within, job.run(ctx))
+        .await
+        .unwrap_or_else(|_| panic!("the attempt did not end within {within:?}"))
+}
+
+/// Waits until at least `n` guests of `job` run (instantiated and called).
+pub async fn wait_running(job: &WasmJob, n: usize, within: Duration) {
+    let until = Instant::now() + within;
+    while job.running_guests() < n {
+        assert!(Instant::now() < until, "no guest running within {within:?}");
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+/// Min, median and max of some durations, in ms with a fraction.
+pub fn summary(mut xs: Vec<Duration>) -> (f64, f64, f64) {
+    xs.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (ms(xs[0]), ms(xs[xs.len() / 2]), ms(xs[xs.len() - 1]))
+}
+
+/// A copy of a built guest in `dir` as `<name>.wasm`.
+pub fn copy_guest(component: &str, dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(format!("{name}.wasm"));
+    std::fs::copy(component, &to).expect("copy the guest");
+    to
+}
