@@ -1,8 +1,34 @@
-//! The `baton` command. The commands live in [`cli`]; this file only starts them.
+//! The `baton` command. The commands live in [`cli`]; this file only starts them and turns a
+//! failure into one `error: …` line and exit code 1 (see [`cli`] for every exit code).
+
+use std::process::ExitCode;
 
 mod cli;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    cli::main().await
+async fn main() -> ExitCode {
+    match cli::main().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What failed, then why, on one line: each cause of the chain once (a message that already
+/// quotes its cause does not repeat it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use baton::store::{self, Store};
 
 pub mod backends;
+pub mod process;
 pub mod proxy;
 pub mod servers;
 
@@ -78,4 +79,31 @@ pub async fn wait_past(store: &dyn Store, instant: i64) {
 /// Whether the test run is under CI, where a missing server fails a test instead of skipping it.
 pub fn under_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// The `baton` binary of this build, built once per test process if needed (the tests crate
+/// cannot name another package's binary, so it is built into the same target directory).
+pub fn baton_binary() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the test's own path");
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("the test runs from <target>/<profile>/deps")
+                .to_path_buf();
+            let status = std::process::Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-p", "baton", "--bin", "baton"])
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+                .env(
+                    "CARGO_TARGET_DIR",
+                    profile_dir.parent().expect("the target directory"),
+                )
+                .status()
+                .expect("run cargo build for the baton binary");
+            assert!(status.success(), "cargo build -p baton failed");
+            profile_dir.join("baton")
+        })
+        .clone()
 }

@@ -1,119 +1,33 @@
 //! The real `baton` binary on a jobs directory with SQLite.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use baton_tests::process::BatonProcess;
 
 use crate::support::copy_guest;
 
-/// The `baton` binary of this build, built if needed (the tests crate cannot name another
-/// package's binary, so it is built into the same target directory).
-fn baton_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from <target>/<profile>/deps");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "-p", "baton", "--bin", "baton"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .env(
-            "CARGO_TARGET_DIR",
-            profile_dir.parent().expect("the target directory"),
-        )
-        .status()
-        .expect("run cargo build for the baton binary");
-    assert!(status.success(), "cargo build -p baton failed");
-    profile_dir.join("baton")
-}
-
-/// A running `baton run` whose stderr lines arrive on a channel.
-struct Baton {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+/// `baton run` on a jobs directory and a SQLite file.
+struct Baton;
 
 impl Baton {
-    fn start(jobs: &Path, db: &Path, runner: &str) -> Baton {
-        let mut child = Command::new(baton_binary())
-            .arg("run")
-            .arg("--jobs")
-            .arg(jobs)
-            .arg("--store")
-            .arg(format!("sqlite://{}", db.display()))
-            .args(["--runner", runner, "--stop-timeout", "2s"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start baton");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Baton {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a line that `pred` accepts; returns it.
-    fn wait_line(&mut self, within: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let until = Instant::now() + within;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if pred(&line) {
-                        return line;
-                    }
-                }
-                Err(_) => {
-                    let _ = self.child.kill();
-                    panic!(
-                        "no {what} within {within:?}; baton said:\n{}",
-                        self.seen.join("\n")
-                    );
-                }
-            }
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("a pid fits in i32");
-        // SAFETY: kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal})");
-    }
-
-    /// Waits for the process to exit, or panics after `within`.
-    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                Instant::now() < until,
-                "baton did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Baton {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn start(jobs: &Path, db: &Path, runner: &str) -> BatonProcess {
+        let jobs = jobs.display().to_string();
+        let store = format!("sqlite://{}", db.display());
+        BatonProcess::start(
+            &[
+                "run",
+                "--jobs",
+                &jobs,
+                "--store",
+                &store,
+                "--runner",
+                runner,
+                "--stop-timeout",
+                "2s",
+            ],
+            &[],
+        )
     }
 }
 

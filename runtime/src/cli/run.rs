@@ -5,63 +5,62 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+use super::config::Settings;
 use baton::instance::{Instance, InstanceConfig};
 use baton::jobs::directory::{Change, JobsDirectory, POLL_EVERY};
 use baton::wasm::{HostConfig, WasmHost};
 
-/// The options of `baton run`.
+/// The options of `baton run`. None has a default here: [`Settings::resolve`] fills in the
+/// config file's value, then the default, for each one left unset.
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The jobs directory: `<name>.wasm` beside `<name>.toml`. Watched for changes.
-    #[arg(long, default_value = "./jobs")]
-    jobs: PathBuf,
-    /// The shared store: sqlite://PATH, redis://HOST:PORT, postgres://USER@HOST:PORT/DB.
-    #[arg(long, default_value = "sqlite://baton.db")]
-    store: String,
-    /// This host's runner id, unique in the cluster. Defaults to HOSTNAME-PID.
-    #[arg(long)]
-    runner: Option<String>,
+    /// A TOML file with any of the options below (keys as the long flags, `_` for `-`).
+    #[arg(long, env = "BATON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The jobs directory: `<name>.wasm` beside `<name>.toml`, watched for changes.
+    /// [default: ./jobs]
+    #[arg(long, env = "BATON_JOBS")]
+    pub jobs: Option<PathBuf>,
+    /// The shared store: sqlite://PATH, redis://HOST:PORT, valkey://HOST:PORT,
+    /// redis+cluster://HOST:PORT,HOST:PORT, postgres://USER@HOST:PORT/DB.
+    /// [default: sqlite://baton.db]
+    #[arg(long, env = "BATON_STORE")]
+    pub store: Option<String>,
+    /// This host's runner id, unique in the cluster. [default: HOSTNAME-PID]
+    #[arg(long, env = "BATON_RUNNER")]
+    pub runner: Option<String>,
     /// The namespace in the store; clusters that share a store use different ones.
-    #[arg(long, default_value = baton::store::DEFAULT_NAMESPACE)]
-    namespace: String,
+    /// [default: baton]
+    #[arg(long, env = "BATON_NAMESPACE")]
+    pub namespace: Option<String>,
     /// How long running jobs get to stop on SIGTERM/Ctrl-C before they are interrupted and
-    /// handed over, e.g. 30s, 500ms, 2m.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    stop_timeout: Duration,
+    /// handed over, e.g. 30s, 500ms, 2m. [default: 30s]
+    #[arg(long, env = "BATON_STOP_TIMEOUT", value_parser = parse_duration)]
+    pub stop_timeout: Option<Duration>,
+    /// Serve /metrics (Prometheus), /healthz, /readyz and /runs on this address, e.g.
+    /// 127.0.0.1:9464. [default: off]
+    #[arg(long, env = "BATON_HTTP")]
+    pub http: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     baton::jobs::parse_duration(s)
 }
 
-/// This host's name and process id.
-fn default_runner() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-                .ok()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "baton".to_owned());
-    format!("{host}-{}", std::process::id())
-}
-
 /// Runs the jobs until the first SIGTERM or SIGINT, then stops with hand-over; a second signal
 /// stops at once.
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+pub async fn run(args: Settings) -> anyhow::Result<()> {
     if !args.jobs.is_dir() {
         bail!(
             "jobs directory {} does not exist; create it (one <name>.toml beside each <name>.wasm) or pass --jobs DIR",
             args.jobs.display()
         );
     }
+    // Listen before anything can be told to stop us, so an early SIGTERM is a clean stop.
+    let mut signals = Signals::new()?;
     let redacted = baton::store::redact(&args.store);
-    let runner = args.runner.unwrap_or_else(default_runner);
-    let host = WasmHost::new(HostConfig::default()).context("starting the wasm host")?;
+    let runner = args.runner.clone();
     let config = InstanceConfig {
         store_url: args.store.clone(),
         namespace: args.namespace.clone(),
@@ -72,6 +71,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("opening store {redacted}"))?,
     );
+    let metrics = instance.metrics();
+    let host = WasmHost::new(HostConfig {
+        trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),
+        ..HostConfig::default()
+    })
+    .context("starting the wasm host")?;
     let mut dir = JobsDirectory::new(&args.jobs, host);
     // Compiling the components is CPU work: keep it off the async workers' backs.
     let changes = tokio::task::block_in_place(|| dir.sync(&instance))
@@ -92,8 +97,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let watcher = dir
         .watch(instance.clone(), POLL_EVERY)
         .context("starting the jobs directory watch")?;
+    if let Some(addr) = &args.http {
+        let status = Arc::new(HostStatus {
+            instance: instance.clone(),
+        });
+        let bound = baton::http::serve(addr, instance.metrics(), status).await?;
+        tracing::info!(http = %bound, "serving /metrics, /healthz, /readyz and /runs");
+    }
 
-    let mut signals = Signals::new()?;
     signals.next().await;
     drop(watcher);
     tracing::info!(
@@ -109,6 +120,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::warn!("second signal: stopping at once; running leases run out on their own");
             std::process::exit(130);
         }
+    }
+}
+
+/// What `/readyz` and `/runs` ask of this host.
+struct HostStatus {
+    instance: Arc<Instance>,
+}
+
+#[async_trait::async_trait]
+impl baton::http::Status for HostStatus {
+    async fn ready(&self) -> Result<(), String> {
+        self.instance
+            .store()
+            .now()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn runs(&self) -> Result<serde_json::Value, String> {
+        let store = self.instance.store();
+        let mut runs = Vec::new();
+        for job in self.instance.job_names() {
+            for run in store.unfinished(&job).await.map_err(|e| e.to_string())? {
+                runs.push(baton::report::run_json(&run));
+            }
+        }
+        Ok(serde_json::Value::Array(runs))
     }
 }
 

@@ -243,7 +243,11 @@ async fn heartbeat_loop(
             let call = inner
                 .store
                 .heartbeat(&job.name, slot, lease.token, job.options.lease);
-            match tokio::time::timeout(patience, call).await {
+            let answer = tokio::time::timeout(patience, call).await;
+            if let Ok(Ok(_)) = &answer {
+                inner.metrics.heartbeat_latency(sent.elapsed());
+            }
+            match answer {
                 Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
                     if renewing.load(Ordering::Acquire) {
                         deadline.extend(sent + job.options.lease);

@@ -152,6 +152,8 @@ pub(crate) struct Inner {
     retired: Notify,
     work: tokio::runtime::Handle,
     clock: StoreClock,
+    /// What this instance counted: every event, and each heartbeat's latency.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -213,6 +215,7 @@ impl Inner {
             runner: self.runner.clone(),
             reason: reason.to_owned(),
         };
+        self.metrics.observe(&event);
         tracing::info!(
             event = kind.as_str(),
             job,
@@ -269,13 +272,18 @@ impl Instance {
                 Ok::<_, StoreError>((store, clock))
             })
             .await;
+        let opened = opened.unwrap_or_else(|join| {
+            Err(StoreError::Backend {
+                store: store::redact(&config.store_url),
+                source: join.into(),
+            })
+        });
         let (store, clock) = match opened {
-            Ok(result) => result?,
-            Err(join) => {
-                return Err(InstanceError::Store(StoreError::Backend {
-                    store: store::redact(&config.store_url),
-                    source: join.into(),
-                }))
+            Ok(opened) => opened,
+            Err(e) => {
+                // Dropping a runtime inside another one panics: let it wind down on its own.
+                engine.shutdown_background();
+                return Err(InstanceError::Store(e));
             }
         };
         let (events, first_events) = broadcast::channel(EVENT_BUFFER);
@@ -292,6 +300,7 @@ impl Instance {
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
             clock,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
         });
         for job in jobs {
             let job = Arc::new(job);
@@ -348,6 +357,17 @@ impl Instance {
         let mut names: Vec<String> = lock(&self.inner.jobs).keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// What this instance counted (claims by outcome, takeovers, lost attempts, run durations,
+    /// heartbeat latency, …), for `/metrics`. A Wasm host adds its guest traps to the same.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// The store this instance claims in.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.inner.store.clone()
     }
 
     /// This instance's runner id.

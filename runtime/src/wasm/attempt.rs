@@ -268,6 +268,31 @@ fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog) -> Result<WasiCtx, String> {
     Ok(b.build())
 }
 
+/// The kind of a guest call's error, for [`super::TrapSink`].
+fn trap_kind(e: &wasmtime::Error) -> &'static str {
+    if let Some(stopped) = e.downcast_ref::<Stopped>() {
+        return match stopped.cause {
+            StopCause::Lost => "lost",
+            StopCause::Fenced => "self-fenced",
+            StopCause::StopTimeout => "stop-timeout",
+            StopCause::RunTimeout => "run-timeout",
+        };
+    }
+    if e.downcast_ref::<MemoryCapExceeded>().is_some() {
+        return "memory-cap";
+    }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::UnreachableCodeReached) => "unreachable",
+        Some(wasmtime::Trap::StackOverflow) => "stack-overflow",
+        Some(wasmtime::Trap::MemoryOutOfBounds | wasmtime::Trap::TableOutOfBounds) => {
+            "out-of-bounds"
+        }
+        Some(wasmtime::Trap::IntegerDivisionByZero) => "division-by-zero",
+        Some(_) => "other",
+        None => "host",
+    }
+}
+
 /// What the host knows of a guest call that ended in an error.
 fn describe(e: &wasmtime::Error, log: &AttemptLog) -> String {
     if let Some(stopped) = e.downcast_ref::<Stopped>() {
@@ -298,6 +323,7 @@ pub(crate) async fn run(
     sandbox: &Sandbox,
     log: AttemptLog,
     ctx: RunContext,
+    on_trap: Option<&super::TrapSink>,
     started: impl FnOnce(),
 ) -> Result<(), String> {
     let interrupt = Arc::new(Interrupt::default());
@@ -367,6 +393,11 @@ pub(crate) async fn run(
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(message)) => Err(message),
-        Err(e) => Err(describe(&e, &log)),
+        Err(e) => {
+            if let Some(sink) = on_trap {
+                sink(trap_kind(&e));
+            }
+            Err(describe(&e, &log))
+        }
     }
 }

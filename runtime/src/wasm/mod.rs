@@ -128,7 +128,15 @@ pub struct HostConfig {
     pub log_sink: LogSink,
     /// How many threads run guest calls. Defaults to the number of CPUs, at least 2.
     pub guest_threads: usize,
+    /// Told the kind of every guest trap (see [`TrapSink`]). Defaults to none.
+    pub trap_sink: Option<TrapSink>,
 }
+
+/// Where the kinds of guest traps go, e.g. [`crate::metrics::Metrics::guest_trap`]: `lost`,
+/// `self-fenced`, `stop-timeout`, `run-timeout` (the host stopped the guest), `memory-cap`,
+/// `unreachable` (a panic, or `unreachable`), `stack-overflow`, `out-of-bounds`,
+/// `division-by-zero`, `other` (another trap), `host` (a host call failed).
+pub type TrapSink = Arc<dyn Fn(&'static str) + Send + Sync>;
 
 impl Default for HostConfig {
     fn default() -> Self {
@@ -138,6 +146,7 @@ impl Default for HostConfig {
                 .map(|n| n.get())
                 .unwrap_or(2)
                 .max(2),
+            trap_sink: None,
         }
     }
 }
@@ -149,6 +158,7 @@ struct HostInner {
     guests: Option<tokio::runtime::Runtime>,
     guest_handle: tokio::runtime::Handle,
     log_sink: LogSink,
+    trap_sink: Option<TrapSink>,
     running: AtomicUsize,
 }
 
@@ -198,6 +208,7 @@ impl WasmHost {
                 guest_handle: guests.handle().clone(),
                 guests: Some(guests),
                 log_sink: config.log_sink,
+                trap_sink: config.trap_sink,
                 running: AtomicUsize::new(0),
             }),
         })
@@ -349,6 +360,7 @@ impl Handler for WasmJob {
                     &sandbox,
                     log,
                     ctx,
+                    host.trap_sink.as_ref(),
                     || running = Some(Running::start(host.clone(), job_running)),
                 )
                 .await;
