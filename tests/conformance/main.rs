@@ -2,6 +2,8 @@
 //! `<backend>::<case>` (`cargo test --test conformance sqlite::` runs one backend).
 
 mod cases;
+#[path = "postgres.rs"]
+mod postgres_only;
 mod sqlite_files;
 
 /// Declares one module per backend with one test per case; every backend gets the same list.
