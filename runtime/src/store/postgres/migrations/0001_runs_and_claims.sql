@@ -94,10 +94,15 @@ BEGIN
     SELECT j.fence INTO v_fence FROM @schema@.baton_jobs j
         WHERE j.namespace = p_ns AND j.job = p_job FOR UPDATE;
     IF NOT FOUND THEN
+        -- The job's first claim: the row this transaction inserts is its own until it
+        -- commits; a claim that lost the insert race waits for that, then locks the row.
         INSERT INTO @schema@.baton_jobs (namespace, job, fence) VALUES (p_ns, p_job, 0)
-            ON CONFLICT (namespace, job) DO NOTHING;
-        SELECT j.fence INTO v_fence FROM @schema@.baton_jobs j
-            WHERE j.namespace = p_ns AND j.job = p_job FOR UPDATE;
+            ON CONFLICT (namespace, job) DO NOTHING
+            RETURNING fence INTO v_fence;
+        IF NOT FOUND THEN
+            SELECT j.fence INTO v_fence FROM @schema@.baton_jobs j
+                WHERE j.namespace = p_ns AND j.job = p_job FOR UPDATE;
+        END IF;
     END IF;
 
     -- The claimed run, locked against a heartbeat, finish or release racing this claim.
