@@ -233,6 +233,32 @@ async fn silent_server_fails_within_the_connect_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn server_that_does_not_speak_postgresql_is_refused_as_unsupported() {
+    // An HTTP server where PostgreSQL was expected.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let http = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = tokio::io::AsyncWriteExt::write_all(
+                &mut socket,
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+            )
+            .await;
+        }
+    });
+    let err = match store::open(&format!("postgres://postgres@127.0.0.1:{port}/test"), "ns").await {
+        Ok(_) => panic!("an HTTP server cannot be a store"),
+        Err(e) => e,
+    };
+    http.abort();
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::Unsupported { .. }), "{msg}");
+    assert!(!err.is_retryable(), "{msg}");
+    assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
+    assert!(msg.contains("PostgreSQL 13 or newer is needed"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn schema_parameter_puts_the_tables_and_functions_in_that_schema() {
     let schema = unique_schema();
     let store = store::open(&url_with_schema(&schema), "ns")

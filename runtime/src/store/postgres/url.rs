@@ -16,7 +16,7 @@ pub(crate) struct Target {
     pub options: PgConnectOptions,
     /// The schema, as given (not quoted).
     pub schema: String,
-    /// The server, for messages: `HOST:PORT` (or the socket path), never a password.
+    /// The server, for messages: `HOST:PORT`, or the socket's path; never a password.
     pub server: String,
     /// The database's name.
     pub database: String,
@@ -36,7 +36,10 @@ impl Target {
             .map_err(|e| invalid(hide_password(url, e.to_string())))?
             .application_name("baton");
         let server = match options.get_socket() {
-            Some(dir) => format!("{} (socket {})", options.get_host(), dir.display()),
+            Some(dir) => dir
+                .join(format!(".s.PGSQL.{}", options.get_port()))
+                .display()
+                .to_string(),
             None => format!("{}:{}", options.get_host(), options.get_port()),
         };
         let database = options
@@ -150,6 +153,13 @@ mod tests {
         let (rest, schema) = take_schema("postgres://h/d?a=1&schema=s&b=2").unwrap();
         assert_eq!(rest, "postgres://h/d?a=1&b=2");
         assert_eq!(schema.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn a_unix_socket_is_named_by_its_path() {
+        let t = Target::parse("postgres://postgres@localhost/test?host=/run/postgresql")
+            .expect("valid url");
+        assert_eq!(t.server, "/run/postgresql/.s.PGSQL.5432");
     }
 
     #[test]
