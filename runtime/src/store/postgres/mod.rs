@@ -39,6 +39,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many connections one store keeps to the server at most. 10.
 pub const POOL_SIZE: u32 = 10;
 
+/// How many connections one store opens at once and keeps open while idle: 2, so that a claim
+/// and a heartbeat at the same moment both find a connection ready, and a slot's first claim
+/// does not wait for a new connection (a new server process) while its rivals' leases run.
+pub const WARM_CONNECTIONS: u32 = 2;
+
 /// Opens a PostgreSQL store from a `postgres://` or `postgresql://` URL:
 /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]`, with any other parameter sqlx
 /// understands (`sslmode`, …). The schema defaults to `baton`, and is created if needed.
@@ -56,7 +61,10 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
         // A ping before each operation would double its round trips; a dead connection shows
         // up as a retryable error of the operation instead.
         .test_before_acquire(false)
-        .connect_lazy_with(target.options.clone());
+        .min_connections(WARM_CONNECTIONS)
+        .connect_with(target.options.clone())
+        .await
+        .map_err(|e| map_error(&target.store(), e))?;
     Ok(Arc::new(PostgresStore {
         sql: Queries::new(&target.quoted_schema()),
         store: target.store(),
