@@ -86,6 +86,7 @@ DECLARE
     v_rec jsonb;
     v_newest bigint;
     v_blocking bigint;
+    v_expired bigint;
     v_deaths integer;
     v_attempt integer;
 BEGIN
@@ -105,21 +106,14 @@ BEGIN
         END IF;
     END IF;
 
+    -- The store's clock, read once the job is ours: the rows locked below show their latest
+    -- versions, so a lease a heartbeat renewed meanwhile is seen alive.
+    v_now := @schema@.baton_clock();
+
     -- The claimed run, locked against a heartbeat, finish or release racing this claim.
     SELECT r.status, r.lease_end, r.record INTO v_status, v_lease_end, v_rec
         FROM @schema@.baton_runs r
         WHERE r.namespace = p_ns AND r.job = p_job AND r.slot = p_slot FOR UPDATE;
-
-    IF v_rec IS NULL THEN
-        -- The runs a new run could overlap or interrupt, locked as well.
-        PERFORM 1 FROM @schema@.baton_runs r
-            WHERE r.namespace = p_ns AND r.job = p_job AND r.status = 'running'
-            ORDER BY r.slot FOR UPDATE;
-    END IF;
-
-    v_now := @schema@.baton_clock();
-    SELECT max(r.slot) INTO v_newest FROM @schema@.baton_runs r
-        WHERE r.namespace = p_ns AND r.job = p_job;
 
     -- Step 1: the slot has state.
     IF v_rec IS NOT NULL THEN
@@ -142,6 +136,8 @@ BEGIN
         END IF;
 
         -- Expired: a takeover, unless a newer run started first or the attempts are used up.
+        SELECT max(r.slot) INTO v_newest FROM @schema@.baton_runs r
+            WHERE r.namespace = p_ns AND r.job = p_job;
         v_rec := @schema@.baton_end_as_died(v_rec, v_lease_end);
         SELECT count(*) INTO v_deaths FROM jsonb_array_elements(v_rec -> 'attempts') a
             WHERE a ->> 'outcome' = 'died';
@@ -179,29 +175,40 @@ BEGIN
             NULL::bigint, NULL::text, NULL::bigint, NULL::text;
         RETURN;
     END IF;
+    -- In one statement: the newest slot with state, and the other running runs (locked: a
+    -- new run could overlap them or interrupt them), the earliest alive, and how many earlier
+    -- ones have expired.
+    WITH running AS (
+        SELECT r.slot, r.lease_end FROM @schema@.baton_runs r
+            WHERE r.namespace = p_ns AND r.job = p_job AND r.status = 'running'
+            FOR UPDATE
+    )
+    SELECT
+        (SELECT max(k.slot) FROM @schema@.baton_runs k
+            WHERE k.namespace = p_ns AND k.job = p_job),
+        (SELECT min(a.slot) FROM running a WHERE a.lease_end > v_now),
+        (SELECT count(*) FROM running e WHERE e.slot < p_slot AND e.lease_end <= v_now)
+        INTO v_newest, v_blocking, v_expired;
     IF v_newest > p_slot THEN
         RETURN QUERY SELECT 'superseded'::text, NULL::integer, NULL::text, NULL::bigint,
             NULL::bigint, NULL::text, v_newest, NULL::text;
         RETURN;
     END IF;
-    IF p_skip THEN
-        SELECT min(r.slot) INTO v_blocking FROM @schema@.baton_runs r
-            WHERE r.namespace = p_ns AND r.job = p_job AND r.status = 'running'
-              AND r.lease_end > v_now;
-        IF v_blocking IS NOT NULL THEN
-            RETURN QUERY SELECT 'overlap'::text, NULL::integer, NULL::text, NULL::bigint,
-                NULL::bigint, NULL::text, v_blocking, NULL::text;
-            RETURN;
-        END IF;
+    IF p_skip AND v_blocking IS NOT NULL THEN
+        RETURN QUERY SELECT 'overlap'::text, NULL::integer, NULL::text, NULL::bigint,
+            NULL::bigint, NULL::text, v_blocking, NULL::text;
+        RETURN;
     END IF;
 
     -- Earlier runs whose lease ran out will not be taken over: a newer run starts.
-    UPDATE @schema@.baton_runs r
-        SET status = 'interrupted',
-            record = jsonb_set(@schema@.baton_end_as_died(r.record, r.lease_end),
-                               '{status}', '"interrupted"')
-        WHERE r.namespace = p_ns AND r.job = p_job AND r.status = 'running'
-          AND r.slot < p_slot AND r.lease_end <= v_now;
+    IF v_expired > 0 THEN
+        UPDATE @schema@.baton_runs r
+            SET status = 'interrupted',
+                record = jsonb_set(@schema@.baton_end_as_died(r.record, r.lease_end),
+                                   '{status}', '"interrupted"')
+            WHERE r.namespace = p_ns AND r.job = p_job AND r.status = 'running'
+              AND r.slot < p_slot AND r.lease_end <= v_now;
+    END IF;
 
     v_fence := v_fence + 1;
     INSERT INTO @schema@.baton_runs (namespace, job, slot, status, lease_end, record)
