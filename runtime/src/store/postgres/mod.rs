@@ -3,9 +3,10 @@
 //! Every operation is one round trip: a call of one PL/pgSQL function (`baton_claim`,
 //! `baton_heartbeat`, `baton_finish`, `baton_release`) that runs the algorithm of the store
 //! contract (see `model.rs`) inside its own transaction, with the time read from the server's
-//! `clock_timestamp()` after its row locks. Claims of one job serialize on a lock of the job's
-//! row in `baton_jobs`, which holds its fence counter, so two claims of different slots can
-//! never both see "no live run".
+//! `clock_timestamp()` once it holds its lock. Claims of one job serialize on a lock of the
+//! job's row in `baton_jobs`, which holds its fence counter, so two claims of different slots
+//! can never both see "no live run"; a claim also locks the runs it may change, so a heartbeat,
+//! finish or release (which lock only their run's row) never races it.
 //!
 //! The tables and functions live in one schema, `baton` unless the URL says
 //! `?schema=NAME`, created and upgraded by embedded migrations; a run is kept as the JSON record
