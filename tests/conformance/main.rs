@@ -2,6 +2,7 @@
 //! `<backend>::<case>` (`cargo test --test conformance sqlite::` runs one backend).
 
 mod cases;
+mod postgres_only;
 mod redis_only;
 mod sqlite_files;
 

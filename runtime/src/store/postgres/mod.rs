@@ -1,0 +1,484 @@
+//! The PostgreSQL store: PostgreSQL 13 or newer, through a pool of connections.
+//!
+//! Every operation is one round trip: a call of one PL/pgSQL function (`baton_claim`,
+//! `baton_heartbeat`, `baton_finish`, `baton_release`) that runs the algorithm of the store
+//! contract (see `model.rs`) inside its own transaction, with the time read from the server's
+//! `clock_timestamp()` once it holds its lock. Claims of one job serialize on a lock of the
+//! job's row in `baton_jobs`, which holds its fence counter, so two claims of different slots
+//! can never both see "no live run"; a claim also locks the runs it may change, so a heartbeat,
+//! finish or release (which lock only their run's row) never races it.
+//!
+//! The tables and functions live in one schema, `baton` unless the URL says
+//! `?schema=NAME`, created and upgraded by embedded migrations; a run is kept as the JSON record
+//! of [`Run`], with the namespace, job, slot, status and lease end in columns beside it.
+
+mod schema;
+mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, PgConnection, Row};
+
+use super::{Store, StoreError};
+use crate::lease::{
+    millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Overlap, Run, RunState,
+    Status, Token, TokenOutcome,
+};
+
+pub use schema::{MIN_SERVER_VERSION, SCHEMA_VERSION};
+pub use url::DEFAULT_SCHEMA;
+
+use url::Target;
+
+/// How long opening the store, or getting a connection for an operation, waits for the server
+/// before it fails with [`StoreError::Unreachable`]. 5 s.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many connections one store keeps to the server at most. 10.
+pub const POOL_SIZE: u32 = 10;
+
+/// How many connections one store opens at once and keeps open while idle: 2, so that a claim
+/// and a heartbeat at the same moment both find a connection ready, and a slot's first claim
+/// does not wait for a new connection (a new server process) while its rivals' leases run.
+pub const WARM_CONNECTIONS: u32 = 2;
+
+/// Opens a PostgreSQL store from a `postgres://` or `postgresql://` URL:
+/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]`, with any other parameter sqlx
+/// understands (`sslmode`, …). The schema defaults to `baton`, and is created if needed.
+///
+/// Fails with [`StoreError::Unreachable`] when the server does not answer within
+/// [`CONNECT_TIMEOUT`], [`StoreError::Unsupported`] for a server that is not PostgreSQL 13 or
+/// newer, and [`StoreError::NewerSchema`] for a schema written by a newer Baton; each names the
+/// server, never the password.
+pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let target = Target::parse(url)?;
+    set_up(&target).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(POOL_SIZE)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        // A ping before each operation would double its round trips; a dead connection shows
+        // up as a retryable error of the operation instead.
+        .test_before_acquire(false)
+        .min_connections(WARM_CONNECTIONS)
+        .connect_with(target.options.clone())
+        .await
+        .map_err(|e| map_error(&target.store(), e))?;
+    Ok(Arc::new(PostgresStore {
+        sql: Queries::new(&target.quoted_schema()),
+        store: target.store(),
+        namespace: namespace.to_owned(),
+        pool,
+    }))
+}
+
+/// Checks the server and migrates the schema, on a connection of its own.
+async fn set_up(target: &Target) -> Result<(), StoreError> {
+    let mut conn = connect(target).await?;
+    schema::check_server(&mut conn, target).await?;
+    schema::migrate(&mut conn, target).await?;
+    // The setup connection is not the pool's; a failure to say goodbye changes nothing.
+    let _ = conn.close().await;
+    Ok(())
+}
+
+/// Opens the setup connection, within [`CONNECT_TIMEOUT`].
+async fn connect(target: &Target) -> Result<PgConnection, StoreError> {
+    let store = target.store();
+    match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&target.options)).await {
+        Err(_) => Err(StoreError::Unreachable {
+            store,
+            source: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()).into(),
+        }),
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(sqlx::Error::Protocol(reason))) => Err(StoreError::Unsupported {
+            store,
+            reason: format!(
+                "it does not speak the PostgreSQL protocol ({reason}); \
+                 PostgreSQL 13 or newer is needed"
+            ),
+        }),
+        Ok(Err(e)) => Err(map_error(&store, e)),
+    }
+}
+
+/// Maps a sqlx error to the store's: lost or refused connections are
+/// [`StoreError::Unreachable`], records that do not decode [`StoreError::Malformed`], anything
+/// else the server said [`StoreError::Backend`] (both retryable).
+pub(crate) fn map_error(store: &str, e: sqlx::Error) -> StoreError {
+    let store = store.to_owned();
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unreachable {
+            store,
+            source: e.into(),
+        },
+        sqlx::Error::PoolTimedOut => StoreError::Unreachable {
+            store,
+            source: format!(
+                "no connection within {} s: every connection of the pool is busy, or the \
+                 server does not answer",
+                CONNECT_TIMEOUT.as_secs()
+            )
+            .into(),
+        },
+        sqlx::Error::Database(ref db) if db.code().is_some_and(|c| is_connection_code(&c)) => {
+            StoreError::Unreachable {
+                store,
+                source: e.into(),
+            }
+        }
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::TypeNotFound { .. } => StoreError::Malformed {
+            store,
+            job: String::new(),
+            reason: e.to_string(),
+        },
+        other => StoreError::Backend {
+            store,
+            source: other.into(),
+        },
+    }
+}
+
+/// SQLSTATEs that mean the connection or the server went away: class 08 (connection
+/// exception), admin or crash shutdown, cannot connect now, too many connections.
+fn is_connection_code(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+}
+
+/// The SQL of every operation, with the schema filled in.
+struct Queries {
+    claim: String,
+    heartbeat: String,
+    finish: String,
+    release: String,
+    now: String,
+    get: String,
+    unfinished: String,
+    history: String,
+    jobs: String,
+}
+
+impl Queries {
+    fn new(schema: &str) -> Self {
+        Queries {
+            claim: format!(
+                "SELECT outcome, attempt_no, fence_no, lease_until, held_by, other_slot, \
+                 run_status FROM {schema}.baton_claim(\
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+            ),
+            heartbeat: format!(
+                "SELECT accepted, lease_until, attempt_no, run_status, run_released \
+                 FROM {schema}.baton_heartbeat($1, $2, $3, $4, $5)"
+            ),
+            finish: format!(
+                "SELECT accepted, attempt_no, run_status, run_released \
+                 FROM {schema}.baton_finish($1, $2, $3, $4, $5)"
+            ),
+            release: format!(
+                "SELECT accepted, attempt_no, run_status, run_released \
+                 FROM {schema}.baton_release($1, $2, $3, $4)"
+            ),
+            now: format!("SELECT {schema}.baton_clock()"),
+            get: format!(
+                "SELECT record::text FROM {schema}.baton_runs \
+                 WHERE namespace = $1 AND job = $2 AND slot = $3"
+            ),
+            unfinished: format!(
+                "SELECT record::text FROM {schema}.baton_runs \
+                 WHERE namespace = $1 AND job = $2 AND status = 'running' ORDER BY slot"
+            ),
+            history: format!(
+                "SELECT record::text FROM {schema}.baton_runs \
+                 WHERE namespace = $1 AND job = $2 ORDER BY slot DESC LIMIT $3"
+            ),
+            jobs: format!(
+                "SELECT j.job FROM {schema}.baton_jobs j WHERE j.namespace = $1 \
+                 AND EXISTS (SELECT 1 FROM {schema}.baton_runs r \
+                             WHERE r.namespace = j.namespace AND r.job = j.job) \
+                 ORDER BY j.job"
+            ),
+        }
+    }
+}
+
+/// A store in a PostgreSQL database.
+struct PostgresStore {
+    pool: PgPool,
+    namespace: String,
+    /// `HOST:PORT/DB`, for messages.
+    store: String,
+    sql: Queries,
+}
+
+impl PostgresStore {
+    fn error(&self, e: sqlx::Error) -> StoreError {
+        map_error(&self.store, e)
+    }
+
+    fn malformed(&self, job: &str, reason: impl Into<String>) -> StoreError {
+        StoreError::Malformed {
+            store: self.store.clone(),
+            job: job.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    fn decode_run(&self, job: &str, record: &str) -> Result<Run, StoreError> {
+        serde_json::from_str(record).map_err(|e| self.malformed(job, format!("run record: {e}")))
+    }
+
+    async fn runs(
+        &self,
+        job: &str,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<Run>, StoreError> {
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        rows.iter()
+            .map(|row| {
+                let record: String = row.try_get(0).map_err(|e| self.error(e))?;
+                self.decode_run(job, &record)
+            })
+            .collect()
+    }
+
+    /// The state a refused heartbeat, finish or release reports; `None` when the run has no
+    /// state at all.
+    fn refused_state(
+        &self,
+        job: &str,
+        attempt: Option<i32>,
+        status: Option<String>,
+        released: Option<bool>,
+    ) -> Result<Option<RunState>, StoreError> {
+        let (Some(attempt), Some(status)) = (attempt, status) else {
+            return Ok(None);
+        };
+        Ok(Some(RunState {
+            attempt: self.attempt(job, attempt)?,
+            status: self.status(job, &status)?,
+            released: released.unwrap_or(false),
+        }))
+    }
+
+    fn attempt(&self, job: &str, attempt: i32) -> Result<u32, StoreError> {
+        u32::try_from(attempt).map_err(|_| self.malformed(job, format!("attempt {attempt}")))
+    }
+
+    fn status(&self, job: &str, status: &str) -> Result<Status, StoreError> {
+        status
+            .parse()
+            .map_err(|e| self.malformed(job, format!("{e}")))
+    }
+
+    fn claim_outcome(
+        &self,
+        job: &str,
+        token: Token,
+        row: &PgRow,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let get_err = |e| self.error(e);
+        let outcome: String = row.try_get("outcome").map_err(get_err)?;
+        let attempt: Option<i32> = row.try_get("attempt_no").map_err(get_err)?;
+        let fence: Option<i64> = row.try_get("fence_no").map_err(get_err)?;
+        let lease_end: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
+        let held_by: Option<String> = row.try_get("held_by").map_err(get_err)?;
+        let other_slot: Option<i64> = row.try_get("other_slot").map_err(get_err)?;
+        let run_status: Option<String> = row.try_get("run_status").map_err(get_err)?;
+        let missing =
+            |what: &str| self.malformed(job, format!("claim answer {outcome:?} without {what}"));
+        Ok(match outcome.as_str() {
+            "won" => ClaimOutcome::Won(Lease {
+                attempt: self.attempt(job, attempt.ok_or_else(|| missing("attempt"))?)?,
+                token,
+                fence: fence
+                    .and_then(|f| u64::try_from(f).ok())
+                    .ok_or_else(|| missing("fence"))?,
+                lease_end: lease_end.ok_or_else(|| missing("lease end"))?,
+            }),
+            "running" => ClaimOutcome::Running {
+                attempt: self.attempt(job, attempt.ok_or_else(|| missing("attempt"))?)?,
+                runner: held_by.ok_or_else(|| missing("runner"))?,
+                lease_end: lease_end.ok_or_else(|| missing("lease end"))?,
+            },
+            "overlap" => ClaimOutcome::Overlap {
+                blocking_slot: other_slot.ok_or_else(|| missing("blocking slot"))?,
+            },
+            "late" => ClaimOutcome::Late,
+            "superseded" => ClaimOutcome::Superseded {
+                newer_slot: other_slot.ok_or_else(|| missing("newer slot"))?,
+            },
+            "finished" => ClaimOutcome::Finished {
+                status: self.status(job, &run_status.ok_or_else(|| missing("status"))?)?,
+            },
+            "interrupted" => ClaimOutcome::Interrupted,
+            other => return Err(self.malformed(job, format!("unknown claim answer {other:?}"))),
+        })
+    }
+
+    async fn token_step(
+        &self,
+        sql: &str,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Option<Finish>,
+    ) -> Result<TokenOutcome, StoreError> {
+        let mut query = sqlx::query(sql)
+            .bind(&self.namespace)
+            .bind(job)
+            .bind(slot)
+            .bind(token.to_string());
+        if let Some(result) = result {
+            query = query.bind(result.status().as_str());
+        }
+        let row = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        let get_err = |e| self.error(e);
+        let accepted: bool = row.try_get("accepted").map_err(get_err)?;
+        if accepted {
+            return Ok(TokenOutcome::Accepted);
+        }
+        Ok(TokenOutcome::Refused(self.refused_state(
+            job,
+            row.try_get("attempt_no").map_err(get_err)?,
+            row.try_get("run_status").map_err(get_err)?,
+            row.try_get("run_released").map_err(get_err)?,
+        )?))
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn now(&self) -> Result<i64, StoreError> {
+        sqlx::query_scalar(&self.sql.now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let options = request.options;
+        let row = sqlx::query(&self.sql.claim)
+            .bind(&self.namespace)
+            .bind(request.job)
+            .bind(request.slot)
+            .bind(request.kind.as_str())
+            .bind(request.runner)
+            .bind(request.token.to_string())
+            .bind(request.digest)
+            .bind(millis(options.lease))
+            .bind(i32::try_from(options.max_attempts).unwrap_or(i32::MAX))
+            .bind(options.overlap == Overlap::Skip)
+            .bind(millis(options.lateness_limit(request.kind)))
+            .bind(millis(options.retention()))
+            .bind(i32::try_from(options.history_size).unwrap_or(i32::MAX))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        self.claim_outcome(request.job, request.token, &row)
+    }
+
+    async fn heartbeat(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        lease: Duration,
+    ) -> Result<HeartbeatOutcome, StoreError> {
+        let row = sqlx::query(&self.sql.heartbeat)
+            .bind(&self.namespace)
+            .bind(job)
+            .bind(slot)
+            .bind(token.to_string())
+            .bind(millis(lease))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        let get_err = |e| self.error(e);
+        if row.try_get::<bool, _>("accepted").map_err(get_err)? {
+            let lease_end: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
+            let lease_end =
+                lease_end.ok_or_else(|| self.malformed(job, "renewed without a lease end"))?;
+            return Ok(HeartbeatOutcome::Renewed { lease_end });
+        }
+        Ok(HeartbeatOutcome::Lost(self.refused_state(
+            job,
+            row.try_get("attempt_no").map_err(get_err)?,
+            row.try_get("run_status").map_err(get_err)?,
+            row.try_get("run_released").map_err(get_err)?,
+        )?))
+    }
+
+    async fn finish(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Finish,
+    ) -> Result<TokenOutcome, StoreError> {
+        self.token_step(&self.sql.finish, job, slot, token, Some(result))
+            .await
+    }
+
+    async fn release(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+    ) -> Result<TokenOutcome, StoreError> {
+        self.token_step(&self.sql.release, job, slot, token, None)
+            .await
+    }
+
+    async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
+        let record: Option<String> = sqlx::query_scalar(&self.sql.get)
+            .bind(&self.namespace)
+            .bind(job)
+            .bind(slot)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        record.map(|r| self.decode_run(job, &r)).transpose()
+    }
+
+    async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError> {
+        let query = sqlx::query(&self.sql.unfinished)
+            .bind(&self.namespace)
+            .bind(job);
+        self.runs(job, query).await
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> Result<Vec<Run>, StoreError> {
+        let query = sqlx::query(&self.sql.history)
+            .bind(&self.namespace)
+            .bind(job)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        self.runs(job, query).await
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar(&self.sql.jobs)
+            .bind(&self.namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.error(e))
+    }
+}

@@ -1,0 +1,193 @@
+//! The store URL: sqlx's own `postgres://` URL, plus Baton's `schema` query parameter.
+
+use std::str::FromStr;
+
+use sqlx::postgres::PgConnectOptions;
+
+use crate::store::{redact, StoreError};
+
+/// The schema the store's tables and functions live in when the URL names none: `baton`.
+pub const DEFAULT_SCHEMA: &str = "baton";
+
+/// What a store URL names: where to connect, and the schema to use there.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The connection options, from the URL without Baton's own parameters.
+    pub options: PgConnectOptions,
+    /// The schema, as given (not quoted).
+    pub schema: String,
+    /// The server, for messages: `HOST:PORT`, or the socket's path; never a password.
+    pub server: String,
+    /// The database's name.
+    pub database: String,
+}
+
+impl Target {
+    /// Parses `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&…]`.
+    pub fn parse(url: &str) -> Result<Self, StoreError> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: redact(url),
+            reason,
+        };
+        let (sqlx_url, schema) = take_schema(url).map_err(invalid)?;
+        let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        check_schema_name(&schema).map_err(invalid)?;
+        let options = PgConnectOptions::from_str(&sqlx_url)
+            .map_err(|e| invalid(hide_password(url, e.to_string())))?
+            .application_name("baton");
+        let server = match options.get_socket() {
+            Some(dir) => dir
+                .join(format!(".s.PGSQL.{}", options.get_port()))
+                .display()
+                .to_string(),
+            None => format!("{}:{}", options.get_host(), options.get_port()),
+        };
+        let database = options
+            .get_database()
+            .unwrap_or(options.get_username())
+            .to_owned();
+        Ok(Target {
+            options,
+            schema,
+            server,
+            database,
+        })
+    }
+
+    /// The store, for error messages: `HOST:PORT/DB`.
+    pub fn store(&self) -> String {
+        format!("{}/{}", self.server, self.database)
+    }
+
+    /// The database and schema, for messages about the schema: `database "DB" on HOST:PORT,
+    /// schema NAME`.
+    pub fn described(&self) -> String {
+        format!(
+            "database {:?} on {}, schema {}",
+            self.database, self.server, self.schema
+        )
+    }
+
+    /// The schema as an SQL identifier, quoted.
+    pub fn quoted_schema(&self) -> String {
+        format!("\"{}\"", self.schema)
+    }
+}
+
+/// Splits Baton's `schema` parameter off the URL's query; the rest goes to sqlx untouched.
+fn take_schema(url: &str) -> Result<(String, Option<String>), String> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => return Ok((url.to_owned(), None)),
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", value)) => {
+                if schema.replace(value.to_owned()).is_some() {
+                    return Err("the schema parameter is given twice".into());
+                }
+            }
+            Some(_) => rest.push(pair),
+            None if pair == "schema" => return Err("the schema parameter has no value".into()),
+            None => rest.push(pair),
+        }
+    }
+    let sqlx_url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((sqlx_url, schema))
+}
+
+/// A schema name Baton accepts: a plain identifier (letters, digits, `_`, not starting with a
+/// digit, at most 63 bytes), so it can be quoted into SQL as it is. Case is kept.
+fn check_schema_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !first_ok || !rest_ok || name.len() > 63 {
+        return Err(format!(
+            "schema {name:?} is not a plain name: use 1 to 63 letters, digits or _, \
+             not starting with a digit"
+        ));
+    }
+    Ok(())
+}
+
+/// An error text about a URL, with the URL's password (if any) replaced by `***`.
+pub(crate) fn hide_password(url: &str, text: String) -> String {
+    match password(url) {
+        Some(pw) if !pw.is_empty() => text.replace(pw, "***"),
+        _ => text,
+    }
+}
+
+/// The password of a URL's user information, as written in the URL.
+fn password(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = match rest.find(['/', '?']) {
+        Some(i) => &rest[..i],
+        None => rest,
+    };
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    userinfo.split_once(':').map(|(_, pw)| pw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_parameter_is_taken_off_and_the_rest_kept() {
+        let t = Target::parse("postgres://u:pw@db.example:6543/app?schema=jobs&sslmode=disable")
+            .expect("valid url");
+        assert_eq!(t.schema, "jobs");
+        assert_eq!(t.server, "db.example:6543");
+        assert_eq!(t.database, "app");
+        assert_eq!(t.store(), "db.example:6543/app");
+        let (rest, schema) = take_schema("postgres://h/d?a=1&schema=s&b=2").unwrap();
+        assert_eq!(rest, "postgres://h/d?a=1&b=2");
+        assert_eq!(schema.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn a_unix_socket_is_named_by_its_path() {
+        let t = Target::parse("postgres://postgres@localhost/test?host=/run/postgresql")
+            .expect("valid url");
+        assert_eq!(t.server, "/run/postgresql/.s.PGSQL.5432");
+    }
+
+    #[test]
+    fn schema_defaults_to_baton_and_port_to_5432() {
+        let t = Target::parse("postgresql://postgres@127.0.0.1/test").expect("valid url");
+        assert_eq!(t.schema, "baton");
+        assert_eq!(t.server, "127.0.0.1:5432");
+        assert_eq!(t.quoted_schema(), "\"baton\"");
+    }
+
+    #[test]
+    fn schema_that_is_not_a_plain_name_is_an_invalid_url_without_the_password() {
+        for bad in ["a-b", "1abc", "x\"y", "", "a b"] {
+            let url = format!("postgres://u:hunter2@h/d?schema={bad}");
+            let err = Target::parse(&url).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
+            assert!(msg.contains("schema"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn password_is_hidden_in_error_texts() {
+        assert_eq!(
+            hide_password("postgres://u:s3cret@h/d", "bad s3cret".into()),
+            "bad ***"
+        );
+        assert_eq!(password("postgres://u@h/d"), None);
+    }
+}
