@@ -12,6 +12,7 @@ use baton_tests::backends::{self, postgres_url};
 use baton_tests::servers::free_port;
 use baton_tests::store_now;
 use sqlx::{Connection, PgConnection};
+use baton_tests::proxy::{Mode, Proxy};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
@@ -373,43 +374,9 @@ async fn schema_newer_than_this_build_is_refused_naming_the_database_and_the_fix
     drop_schema(&schema).await;
 }
 
-/// A TCP proxy to the test database whose connections can be cut at once.
-struct Proxy {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Proxy {
-    async fn start(port: u16) -> Proxy {
-        let listener = TcpListener::bind(("127.0.0.1", port))
-            .await
-            .expect("bind the proxy");
-        let port = listener.local_addr().expect("address").port();
-        let upstream = server_address();
-        let task = tokio::spawn(async move {
-            let mut links = JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                let upstream = upstream.clone();
-                links.spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-            }
-        });
-        Proxy { port, task }
-    }
-
-    /// Stops listening and cuts every connection (dropping the task drops its sockets).
-    fn cut(self) -> u16 {
-        self.task.abort();
-        self.port
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn connection_cut_mid_operation_is_a_retryable_error_and_the_store_recovers() {
-    let proxy = Proxy::start(0).await;
+    let proxy = Proxy::start(server_address()).await;
     let namespace = baton_tests::unique("t");
     let store = store::open(&url_at(&format!("127.0.0.1:{}", proxy.port)), &namespace)
         .await
@@ -423,7 +390,7 @@ async fn connection_cut_mid_operation_is_a_retryable_error_and_the_store_recover
         claim(&*store, "job", now, "a", &options).await,
         ClaimOutcome::Won(_)
     ));
-    let port = proxy.cut();
+    proxy.set(Mode::Partition);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let request = ClaimRequest {
         job: "job",
@@ -444,7 +411,7 @@ async fn connection_cut_mid_operation_is_a_retryable_error_and_the_store_recover
         "a cut connection is unreachable, not a refusal: {err}"
     );
     // The server comes back on the same address: the same claim, sent again, wins once.
-    let proxy = Proxy::start(port).await;
+    proxy.set(Mode::Pass);
     let mut answer = None;
     for _ in 0..50 {
         match store.claim(&request).await {
@@ -462,5 +429,4 @@ async fn connection_cut_mid_operation_is_a_retryable_error_and_the_store_recover
         matches!(answer, Some(ClaimOutcome::Won(_))),
         "the retried claim wins: {answer:?}"
     );
-    proxy.cut();
 }
