@@ -36,6 +36,8 @@ macro_rules! instance_suite {
 instance_suite! {
     sqlite => baton_tests::backends::sqlite,
     redis => baton_tests::backends::redis,
+    valkey => baton_tests::backends::valkey,
+    postgres => baton_tests::backends::postgres,
 }
 
 /// Backend-specific ways to cut a runner off its store.
