@@ -9,9 +9,9 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub(crate) use baton::job::host::{ClaimReason, RunInfo};
+pub(crate) use self::baton::job::host::{ClaimReason, RunInfo};
 
-impl baton::job::host::Host for AttemptState {
+impl self::baton::job::host::Host for AttemptState {
     fn info(&mut self) -> RunInfo {
         self.info.clone()
     }
@@ -20,13 +20,13 @@ impl baton::job::host::Host for AttemptState {
         self.signal.is_aborted()
     }
 
-    fn log(&mut self, level: baton::job::host::Level, message: String) {
+    fn log(&mut self, level: self::baton::job::host::Level, message: String) {
         let level = match level {
-            baton::job::host::Level::Trace => Level::Trace,
-            baton::job::host::Level::Debug => Level::Debug,
-            baton::job::host::Level::Info => Level::Info,
-            baton::job::host::Level::Warn => Level::Warn,
-            baton::job::host::Level::Error => Level::Error,
+            self::baton::job::host::Level::Trace => Level::Trace,
+            self::baton::job::host::Level::Debug => Level::Debug,
+            self::baton::job::host::Level::Info => Level::Info,
+            self::baton::job::host::Level::Warn => Level::Warn,
+            self::baton::job::host::Level::Error => Level::Error,
         };
         self.log.log(level, &message);
     }
