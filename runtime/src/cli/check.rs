@@ -29,8 +29,14 @@ pub struct CheckArgs {
     path: PathBuf,
 }
 
+/// A host with the same compile cache as `baton run` (`BATON_CACHE_DIR`, or the default).
 fn host() -> anyhow::Result<WasmHost> {
-    WasmHost::new(HostConfig::default()).context("starting the wasm host")
+    let given = std::env::var_os("BATON_CACHE_DIR").map(PathBuf::from);
+    WasmHost::new(HostConfig {
+        cache_dir: super::config::cache_dir(given),
+        ..HostConfig::default()
+    })
+    .context("starting the wasm host")
 }
 
 /// Loads a job file and its component; the error names the file, the reason and the fix.

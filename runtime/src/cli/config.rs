@@ -13,6 +13,7 @@
 //! stop_timeout = "30s"             # Defaults to 30 s
 //! http = "127.0.0.1:9464"          # Defaults to off
 //! log_format = "json"              # Defaults to pretty
+//! cache_dir = "/var/cache/baton"   # Defaults to $XDG_CACHE_HOME/baton or ~/.cache/baton; "off"
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ struct FileConfig {
     stop_timeout: Option<String>,
     http: Option<String>,
     log_format: Option<LogFormat>,
+    cache_dir: Option<PathBuf>,
 }
 
 /// The settings `baton run` runs with, every one resolved.
@@ -61,6 +63,8 @@ pub struct Settings {
     pub http: Option<String>,
     /// How log lines look.
     pub log_format: LogFormat,
+    /// Where compiled components are kept across restarts; `None` when off.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Settings {
@@ -104,7 +108,17 @@ impl Settings {
             stop_timeout,
             http: args.http.or(file.http),
             log_format: log_format.or(file.log_format).unwrap_or_default(),
+            cache_dir: cache_dir(args.cache_dir.or(file.cache_dir)),
         })
+    }
+}
+
+/// The compile cache: as given (`off` for none), else the default.
+pub fn cache_dir(given: Option<PathBuf>) -> Option<PathBuf> {
+    match given {
+        Some(dir) if dir.as_os_str() == "off" => None,
+        Some(dir) => Some(dir),
+        None => baton::wasm::default_cache_dir(),
     }
 }
 
@@ -115,7 +129,7 @@ fn read(path: &Path) -> anyhow::Result<FileConfig> {
         Ok(file) => Ok(file),
         Err(e) => bail!(
             "config file {}: {}; the keys are jobs, store, runner, namespace, stop_timeout, \
-             http and log_format",
+             http, log_format and cache_dir",
             path.display(),
             e.to_string().trim_end()
         ),

@@ -42,6 +42,10 @@ pub struct RunArgs {
     /// 127.0.0.1:9464. [default: off]
     #[arg(long, env = "BATON_HTTP")]
     pub http: Option<String>,
+    /// Keep compiled components here, so a restart does not compile them again; `off` for
+    /// none. [default: $XDG_CACHE_HOME/baton, or ~/.cache/baton]
+    #[arg(long, env = "BATON_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -74,6 +78,7 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
     let metrics = instance.metrics();
     let host = WasmHost::new(HostConfig {
         trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),
+        cache_dir: args.cache_dir.clone(),
         ..HostConfig::default()
     })
     .context("starting the wasm host")?;

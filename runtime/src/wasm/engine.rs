@@ -11,6 +11,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use super::attempt::AttemptState;
 use super::bindings::{Job as JobWorld, JobPre};
+use super::disk_cache::{DiskCache, Skipped};
 use super::LoadError;
 
 /// How many guest instances may be alive at once on one host: 256. An attempt past it waits
@@ -26,6 +27,8 @@ pub struct LoadedComponent {
     pub path: PathBuf,
     /// `sha256:` and the hex SHA-256 of the file's bytes.
     pub digest: String,
+    /// Whether the compiled code came from the on-disk compile cache rather than a compile.
+    pub from_disk_cache: bool,
     pub(crate) pre: JobPre<AttemptState>,
 }
 
@@ -43,6 +46,7 @@ pub(crate) struct Compiler {
     pub(crate) engine: Engine,
     linker: Linker<AttemptState>,
     cache: Mutex<HashMap<String, Weak<LoadedComponent>>>,
+    disk: Option<DiskCache>,
 }
 
 /// The engine's configuration: epoch interruption on, the pooling allocator sized for
@@ -64,7 +68,7 @@ fn config() -> Config {
 }
 
 impl Compiler {
-    pub(crate) fn new() -> Result<Compiler, LoadError> {
+    pub(crate) fn new(cache_dir: Option<&Path>) -> Result<Compiler, LoadError> {
         let engine = Engine::new(&config()).map_err(|e| LoadError::Engine {
             message: format!("{e:#}"),
         })?;
@@ -74,10 +78,18 @@ impl Compiler {
         linked.map_err(|e| LoadError::Engine {
             message: format!("{e:#}"),
         })?;
+        let disk = cache_dir.and_then(|dir| match DiskCache::new(dir, &engine) {
+            Ok(cache) => Some(cache),
+            Err(e) => {
+                tracing::warn!(cache = %dir.display(), error = %e, "cannot use the compile cache; compiling every component");
+                None
+            }
+        });
         Ok(Compiler {
             engine,
             linker,
             cache: Mutex::new(HashMap::new()),
+            disk,
         })
     }
 
@@ -100,6 +112,7 @@ impl Compiler {
                 let loaded = Arc::new(LoadedComponent {
                     path: path.to_path_buf(),
                     digest,
+                    from_disk_cache: found.from_disk_cache,
                     pre: found.pre.clone(),
                 });
                 return Ok(loaded);
@@ -121,11 +134,32 @@ impl Compiler {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm { path });
         }
-        let component =
-            Component::from_binary(&self.engine, bytes).map_err(|e| LoadError::Compile {
-                path: path.clone(),
-                message: format!("{e:#}"),
-            })?;
+        let cached = self.disk.as_ref().and_then(|disk| {
+            match disk.get(&self.engine, &digest) {
+                Ok(component) => Some(component),
+                Err(Skipped::Missing) => None,
+                Err(why) => {
+                    tracing::warn!(component = %path.display(), "compile cache entry ignored: {why}");
+                    None
+                }
+            }
+        });
+        let from_disk_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let component = Component::from_binary(&self.engine, bytes).map_err(|e| {
+                    LoadError::Compile {
+                        path: path.clone(),
+                        message: format!("{e:#}"),
+                    }
+                })?;
+                if let Some(disk) = &self.disk {
+                    disk.put(&digest, &component);
+                }
+                component
+            }
+        };
         let exports: Vec<String> = component
             .component_type()
             .exports(&self.engine)
@@ -145,6 +179,11 @@ impl Compiler {
             path: path.clone(),
             message: format!("{e:#}"),
         })?;
-        Ok(LoadedComponent { path, digest, pre })
+        Ok(LoadedComponent {
+            path,
+            digest,
+            from_disk_cache,
+            pre,
+        })
     }
 }

@@ -24,6 +24,7 @@ use crate::jobs::JobSpec;
 
 mod attempt;
 mod bindings;
+mod disk_cache;
 pub mod engine;
 mod epoch;
 pub mod log;
@@ -130,6 +131,23 @@ pub struct HostConfig {
     pub guest_threads: usize,
     /// Told the kind of every guest trap (see [`TrapSink`]). Defaults to none.
     pub trap_sink: Option<TrapSink>,
+    /// Where compiled components are kept across restarts, keyed by content and engine (see
+    /// [`default_cache_dir`]). Defaults to none: every start compiles again.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// The compile cache `baton run` uses unless told otherwise: `$XDG_CACHE_HOME/baton`, else
+/// `$HOME/.cache/baton`; `None` when neither is set.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
+    Some(base.join("baton"))
 }
 
 /// Where the kinds of guest traps go, e.g. [`crate::metrics::Metrics::guest_trap`]: `lost`,
@@ -147,6 +165,7 @@ impl Default for HostConfig {
                 .unwrap_or(2)
                 .max(2),
             trap_sink: None,
+            cache_dir: None,
         }
     }
 }
@@ -192,7 +211,7 @@ pub enum HostError {
 impl WasmHost {
     /// Starts a host: the engine, the watchdog thread and the guest runtime.
     pub fn new(config: HostConfig) -> Result<WasmHost, HostError> {
-        let compiler = engine::Compiler::new()?;
+        let compiler = engine::Compiler::new(config.cache_dir.as_deref())?;
         let watchdog =
             epoch::Watchdog::start(compiler.engine.clone()).map_err(HostError::Threads)?;
         let guests = tokio::runtime::Builder::new_multi_thread()
