@@ -6,8 +6,6 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use baton::instance::{LeaseDeadline, RunContext, Signal};
-use baton::lease::ClaimKind;
 use baton::wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost};
 use sha2::{Digest, Sha256};
 
@@ -160,23 +158,4 @@ pub fn sandbox(env: &[(&str, &str)]) -> Sandbox {
     }
 }
 
-/// An attempt's context, with a lease that stays alive for an hour.
-pub fn context(job: &str) -> RunContext {
-    RunContext {
-        job: job.to_owned(),
-        slot: 1_767_225_600_000,
-        attempt: 1,
-        reason: ClaimKind::Scheduled,
-        runner: "test-runner".to_owned(),
-        fence: 7,
-        signal: Signal::new(),
-        deadline: LeaseDeadline::new(Instant::now() + Duration::from_secs(3600)),
-    }
-}
-
-/// Min, median and max, in ms.
-pub fn summary(mut xs: Vec<Duration>) -> (f64, f64, f64) {
-    xs.sort_unstable();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    (ms(xs[0]), ms(xs[xs.len() / 2]), ms(xs[xs.len() - 1]))
-}
+pub use baton_tests::attempt::{context, summary};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use baton::store::{self, Store};
 
+pub mod attempt;
 pub mod backends;
 pub mod process;
 pub mod proxy;

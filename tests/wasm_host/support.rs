@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use baton::instance::{Handler, LeaseDeadline, RunContext, Signal};
-use baton::lease::ClaimKind;
+use baton::instance::{Handler, RunContext};
 use baton::wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost, WasmJob};
 
 static LINES: Mutex<Vec<GuestLine>> = Mutex::new(Vec::new());
@@ -57,20 +56,6 @@ pub fn job(component: &str, sandbox: Sandbox) -> WasmJob {
     host().job_from(loaded, sandbox)
 }
 
-/// An attempt's context, with a lease that stays alive for an hour.
-pub fn context(job: &str) -> RunContext {
-    RunContext {
-        job: job.to_owned(),
-        slot: 1_767_225_600_000,
-        attempt: 1,
-        reason: ClaimKind::Scheduled,
-        runner: "test-runner".to_owned(),
-        fence: 7,
-        signal: Signal::new(),
-        deadline: LeaseDeadline::new(Instant::now() + Duration::from_secs(3600)),
-    }
-}
-
 /// A name no other test uses.
 pub fn unique(prefix: &str) -> String {
     baton_tests::unique(prefix)
@@ -92,16 +77,11 @@ pub async fn wait_running(job: &WasmJob, n: usize, within: Duration) {
     }
 }
 
-/// Min, median and max of some durations, in ms with a fraction.
-pub fn summary(mut xs: Vec<Duration>) -> (f64, f64, f64) {
-    xs.sort_unstable();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    (ms(xs[0]), ms(xs[xs.len() / 2]), ms(xs[xs.len() - 1]))
-}
-
 /// A copy of a built guest in `dir` as `<name>.wasm`.
 pub fn copy_guest(component: &str, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(format!("{name}.wasm"));
     std::fs::copy(component, &to).expect("copy the guest");
     to
 }
+
+pub use baton_tests::attempt::{context, summary};
