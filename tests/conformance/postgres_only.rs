@@ -33,9 +33,9 @@ fn url_with_schema(schema: &str) -> String {
     format!("{url}{sep}schema={schema}")
 }
 
-/// The test database's URL with its host and port replaced by `authority`.
+/// The test stores' URL with its host and port replaced by `authority`.
 fn url_at(authority: &str) -> String {
-    let url = postgres_url();
+    let url = backends::postgres_store_url();
     let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
     let (userinfo, after) = match rest.split_once('@') {
         Some((userinfo, after)) => (format!("{userinfo}@"), after),

@@ -24,6 +24,32 @@ pub fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// The PostgreSQL URL the fixtures open: [`postgres_url`] with `schema=` a schema named after
+/// the content of the store's migrations. Code of another version (another branch, an older
+/// checkout) sharing the database then never meets this one's schema version.
+pub fn postgres_store_url() -> String {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        use sha2::{Digest, Sha256};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../runtime/src/store/postgres/migrations");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort();
+        let mut hash = Sha256::new();
+        for file in files {
+            hash.update(std::fs::read(&file).unwrap_or_default());
+        }
+        let digest = hex::encode(hash.finalize());
+        let url = postgres_url();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}schema=baton_test_{}", &digest[..12])
+    })
+    .clone()
+}
+
 /// A fresh SQLite file in a temporary directory.
 pub async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -46,9 +72,10 @@ pub async fn valkey() -> Fixture {
     Fixture::open(format!("valkey://127.0.0.1:{port}"), None).await
 }
 
-/// The machine's PostgreSQL, in a namespace of the test's own.
+/// The machine's PostgreSQL, in a namespace of the test's own (in the schema of
+/// [`postgres_store_url`]).
 pub async fn postgres() -> Fixture {
-    Fixture::open(postgres_url(), None).await
+    Fixture::open(postgres_store_url(), None).await
 }
 
 /// A three-node Redis Cluster started by this test process (one for the whole process), in a
