@@ -398,3 +398,74 @@ fn next_prints_slots_in_the_zone_across_daylight_saving() {
         "2026-11-01T01:00:00-04:00\n2026-11-01T02:00:00-05:00\n2026-11-01T03:00:00-05:00\n"
     );
 }
+
+#[test]
+fn second_signal_stops_at_once_with_exit_code_130() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(&jobs).expect("mkdir jobs");
+    // A job that ignores its signal, so the first stop waits for the stop timeout.
+    std::fs::write(jobs.join("busy.toml"), "schedule = \"* * * * * *\"\n").expect("write");
+    std::fs::copy(env!("GUEST_BUSY_LOOP"), jobs.join("busy.wasm")).expect("copy busy-loop");
+    let jobs = jobs.display().to_string();
+    let store = sqlite(dir.path());
+    let (mut b, _) = start(
+        &["--jobs", &jobs, "--store", &store, "--stop-timeout", "60s"],
+        &[],
+    );
+    b.wait_line(Duration::from_secs(60), "the busy job started", |l| {
+        l.contains("\"event\":\"started\"")
+    });
+    b.signal(libc::SIGTERM);
+    b.wait_line(Duration::from_secs(10), "the stopping line", |l| {
+        l.contains("stopping: running jobs are told to stop")
+    });
+    b.signal(libc::SIGINT);
+    let status = b.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(130), "said:\n{}", b.seen.join("\n"));
+}
+
+#[test]
+fn store_password_never_appears_in_the_logs() {
+    // PostgreSQL here trusts local connections, so a password in the URL is accepted and unused.
+    let url = baton_tests::backends::postgres_store_url().replacen(
+        "postgres://postgres@",
+        "postgres://postgres:hunter2@",
+        1,
+    );
+    assert!(
+        url.contains("hunter2"),
+        "the test URL carries a password: {url}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let jobs = jobs_dir(dir.path(), "hello");
+    let namespace = baton_tests::unique("cli");
+    let (mut b, line) = start(
+        &["--jobs", &jobs, "--store", &url, "--namespace", &namespace],
+        &[],
+    );
+    assert!(
+        line["store"]
+            .as_str()
+            .is_some_and(|s| s.contains("postgres:***@")),
+        "{line}"
+    );
+    b.wait_line(Duration::from_secs(60), "a success", |l| {
+        l.contains("\"event\":\"success\"")
+    });
+    stop_and_check(b, |all| {
+        assert!(!all.contains("hunter2"), "the password leaked:\n{all}");
+    });
+    let out = baton(&["runs", "--store", &url, "--namespace", &namespace], &[]);
+    ok(&out);
+    assert!(out.stdout.contains("hello"), "{}", out.stdout);
+    assert!(!out.stdout.contains("hunter2") && !out.stderr.contains("hunter2"));
+}
+
+/// Stops `baton run` and hands everything it said to `check`.
+fn stop_and_check(mut b: BatonProcess, check: impl FnOnce(&str)) {
+    b.signal(libc::SIGTERM);
+    let status = b.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "{status}");
+    check(&b.seen.join("\n"));
+}
