@@ -287,7 +287,7 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
     }
     for job in &input.jobs {
         let runs = by_job.get(job.name.as_str()).cloned().unwrap_or_default();
-        one_live_lease(&runs, &mut v);
+        one_live_lease(input, &runs, &mut v);
         max_attempts(job, &runs, &mut v);
         stale_tokens(&runs, &mut v);
         order(&runs, &mut v);
@@ -310,7 +310,32 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
     (v, figures)
 }
 
-fn one_live_lease(runs: &[&Run], v: &mut Vec<Violation>) {
+/// What the store and the runners said of one slot, to explain a violation.
+pub fn story(input: &Input, job: &str, slot: i64) -> String {
+    let mut out = String::new();
+    for r in input.runs.iter().filter(|r| r.job == job && r.slot == slot) {
+        out.push_str(&format!(" [store: {} lease_end {}", r.status, r.lease_end));
+        for a in &r.attempts {
+            out.push_str(&format!(
+                "; #{} {} {} {}..{:?} {:?}",
+                a.attempt, a.runner, a.reason, a.started_at, a.ended_at, a.outcome
+            ));
+        }
+        out.push(']');
+    }
+    let said: Vec<String> = input
+        .events
+        .iter()
+        .filter(|e| e.job.as_deref() == Some(job) && e.slot == Some(slot))
+        .map(|e| format!("{}@{} {} {}", e.kind, e.at, e.runner, e.reason))
+        .collect();
+    if !said.is_empty() {
+        out.push_str(&format!(" [runners: {}]", said.join("; ")));
+    }
+    out
+}
+
+fn one_live_lease(input: &Input, runs: &[&Run], v: &mut Vec<Violation>) {
     let mut spans: Vec<(i64, i64, i64, u32)> = runs
         .iter()
         .flat_map(|r| {
@@ -327,7 +352,9 @@ fn one_live_lease(runs: &[&Run], v: &mut Vec<Violation>) {
                 v.push(Violation {
                     rule: rules::ONE_LIVE_LEASE,
                     detail: format!(
-                        "slot {slot} attempt {attempt} won at {from} while slot {hslot} attempt {hattempt} held a lease until {until}"
+                        "slot {slot} attempt {attempt} won at {from} while slot {hslot} attempt {hattempt} held a lease until {until};{}{}",
+                        story(input, &runs[0].job, slot),
+                        story(input, &runs[0].job, hslot)
                     ),
                 });
             }
@@ -545,11 +572,9 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
             v.push(Violation {
                 rule: rules::SCHEDULE,
                 detail: format!(
-                    "{} slot {slot}: {:?} outside every fault",
+                    "{} slot {slot}: not a success on time outside every fault;{}",
                     job.name,
-                    by_slot
-                        .get(&slot)
-                        .map(|r| (&r.status, r.attempts.first().map(|a| a.started_at - slot)))
+                    story(input, &job.name, slot)
                 ),
             });
         }

@@ -4,7 +4,9 @@
 //! `max_late`, and clocks hours off; a checker holds the store's history and the side effects
 //! to the rules of `spec/leases.md`, and a report is printed at the end.
 //!
-//! `cargo test --test faults -- --nocapture` shows the report.
+//! `cargo test --test faults -- --nocapture` shows the report. `BATON_FAULTS_ONLY=redis` runs
+//! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and
+//! `BATON_FAULTS_DEBUG=1` prints the story of every run with a died attempt.
 
 mod checker;
 mod harness;
@@ -24,7 +26,12 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
         .build()
         .expect("a runtime");
     let mut rows = Vec::new();
-    for scenario in Scenario::ALL.into_iter().filter(|s| s.applies(backend)) {
+    let only = std::env::var("BATON_FAULTS_SCENARIO").ok();
+    let chosen = |s: &Scenario| only.as_deref().is_none_or(|o| s.name().contains(o));
+    for scenario in Scenario::ALL
+        .into_iter()
+        .filter(|s| s.applies(backend) && chosen(s))
+    {
         let started = Instant::now();
         let joined = rt.block_on(async { tokio::spawn(scenario.run(backend)).await });
         let row = match joined {

@@ -30,6 +30,20 @@ pub struct Row {
 /// Checks an outcome and makes its row.
 pub fn row(outcome: Outcome) -> Row {
     let (mut violations, figures) = checker::check(&outcome.input);
+    if std::env::var_os("BATON_FAULTS_DEBUG").is_some() {
+        for r in &outcome.input.runs {
+            if r.attempts
+                .iter()
+                .any(|a| a.outcome.as_deref() == Some("died"))
+            {
+                eprintln!(
+                    "died: {} {}",
+                    outcome.scenario.name(),
+                    checker::story(&outcome.input, &r.job, r.slot)
+                );
+            }
+        }
+    }
     violations.extend(outcome.extra);
     let faults = |f: &[crate::harness::Fault]| -> Vec<(String, i64)> {
         f.iter().map(|f| (f.runner.clone(), f.at)).collect()
