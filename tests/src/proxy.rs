@@ -99,7 +99,8 @@ impl Proxy {
         self.shared.mode.store(mode.code(), Ordering::SeqCst);
     }
 
-    /// Delays every chunk forwarded in either direction by `delay`.
+    /// Delays every chunk forwarded in either direction by `delay` (latency: chunks keep their
+    /// order, and one waiting does not hold back the next).
     pub fn set_delay(&self, delay: Duration) {
         self.shared.delay_ms.store(
             u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
@@ -110,46 +111,47 @@ impl Proxy {
 
 async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     let generation = s.generation.load(Ordering::SeqCst);
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
+    let (client_read, mut client_write) = client.into_split();
+    let (server_read, mut server_write) = server.into_split();
     let live = |s: &Shared| {
         s.generation.load(Ordering::SeqCst) == generation
             && Mode::from_code(s.mode.load(Ordering::SeqCst)) != Mode::Partition
     };
+    // Each direction: a reader stamps every chunk with when it is due (read time + delay) and
+    // a writer forwards it then, in order. A delay is latency: a chunk waiting does not hold
+    // back the reading of the next one.
     let up = {
         let s = s.clone();
-        async move {
-            let mut buf = vec![0u8; 16 * 1024];
-            loop {
-                let n = match client_read.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                delay(&s).await;
-                if !live(&s) || server_write.write_all(&buf[..n]).await.is_err() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let read = read_chunks(client_read, tx, s.clone());
+        let write = async move {
+            let mut rx = rx;
+            while let Some((due, chunk)) = rx.recv().await {
+                tokio::time::sleep_until(due).await;
+                if !live(&s) || server_write.write_all(&chunk).await.is_err() {
                     return;
                 }
             }
-        }
+        };
+        forward(read, write)
     };
     let down = {
         let s = s.clone();
-        async move {
-            let mut buf = vec![0u8; 16 * 1024];
-            loop {
-                let n = match server_read.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                delay(&s).await;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let read = read_chunks(server_read, tx, s.clone());
+        let write = async move {
+            let mut rx = rx;
+            while let Some((due, chunk)) = rx.recv().await {
+                tokio::time::sleep_until(due).await;
                 if !live(&s) || Mode::from_code(s.mode.load(Ordering::SeqCst)) == Mode::CutReplies {
                     return;
                 }
-                if client_write.write_all(&buf[..n]).await.is_err() {
+                if client_write.write_all(&chunk).await.is_err() {
                     return;
                 }
             }
-        }
+        };
+        forward(read, write)
     };
     // Either direction ending closes both: dropping the halves shuts the sockets.
     let watch = {
@@ -167,9 +169,38 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     }
 }
 
-async fn delay(s: &Shared) {
-    let ms = s.delay_ms.load(Ordering::SeqCst);
-    if ms > 0 {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
+/// One direction: it ends when its writer does (a cut, an error, or the reader's end once the
+/// chunks read before it are forwarded).
+async fn forward(
+    read: impl std::future::Future<Output = ()>,
+    write: impl std::future::Future<Output = ()>,
+) {
+    let read = async {
+        read.await;
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = write => {}
+        _ = read => {}
+    }
+}
+
+/// Reads chunks until the end of the stream, each stamped with when it is due.
+async fn read_chunks(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    to: tokio::sync::mpsc::UnboundedSender<(tokio::time::Instant, Vec<u8>)>,
+    s: Arc<Shared>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let delay = Duration::from_millis(s.delay_ms.load(Ordering::SeqCst));
+        let due = tokio::time::Instant::now() + delay;
+        if to.send((due, buf[..n].to_vec())).is_err() {
+            return;
+        }
     }
 }

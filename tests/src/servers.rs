@@ -20,8 +20,8 @@ pub struct Server {
     /// Its process id, to freeze (`SIGSTOP`) or kill.
     pub pid: u32,
     child: Child,
-    /// Its working directory (removed when the server is dropped).
-    _dir: tempfile::TempDir,
+    /// Its working directory when the server owns it (removed when the server is dropped).
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Server {
@@ -54,7 +54,7 @@ pub fn free_port(with_bus: bool) -> u16 {
 
 /// Spawns `cmd` from a thread that lives as long as the process, so that `PR_SET_PDEATHSIG`
 /// (which fires when the spawning *thread* ends) kills the child only with the process.
-fn spawn_tied_to_process(mut cmd: Command) -> std::io::Result<Child> {
+pub fn spawn_tied_to_process(mut cmd: Command) -> std::io::Result<Child> {
     type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
     static SPAWNER: std::sync::OnceLock<std::sync::Mutex<mpsc::Sender<Request>>> =
         std::sync::OnceLock::new();
@@ -132,12 +132,21 @@ pub fn start_redis_like(binary: &Path, extra: &[&str]) -> Server {
     let cluster = extra.contains(&"--cluster-enabled");
     let port = free_port(cluster);
     let dir = tempfile::tempdir().expect("server directory");
+    let mut server = start_redis_like_in(binary, port, dir.path(), extra);
+    server._dir = Some(dir);
+    server
+}
+
+/// Starts a Redis-protocol server on `port` with its files in `dir` (which the caller keeps, so
+/// a server started again on the same port and directory finds its data, e.g. with
+/// `--appendonly yes`), and waits until it answers. `extra` comes last and wins.
+pub fn start_redis_like_in(binary: &Path, port: u16, dir: &Path, extra: &[&str]) -> Server {
     let mut cmd = Command::new(binary);
     cmd.arg("--port")
         .arg(port.to_string())
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--dir")
-        .arg(dir.path())
+        .arg(dir)
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -148,7 +157,7 @@ pub fn start_redis_like(binary: &Path, extra: &[&str]) -> Server {
         port,
         pid: child.id(),
         child,
-        _dir: dir,
+        _dir: None,
     };
     wait_for_port(port, &binary.display().to_string());
     server

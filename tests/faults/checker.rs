@@ -1,0 +1,910 @@
+//! The checker: reads what the store recorded (`baton history --json`), what the side-effect
+//! guest wrote, and what the runners logged, and holds every run to the rules of
+//! `spec/leases.md`.
+//!
+//! Times. Every time here is milliseconds since the Unix epoch on the store's clock. The stores
+//! of these tests (a SQLite file, Redis and Valkey servers, PostgreSQL) all run on this machine,
+//! so the store's clock is the machine's clock, and the harness stamps the runners' log lines and
+//! its own faults with it. The one exception is a runner started under `faketime`: its guests
+//! read a shifted wall clock, so their side-effect times are moved back by the runner's known
+//! skew before they are compared with the store's times.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+/// One attempt of a run, as `baton history --json` prints it.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// Who ran it.
+    pub runner: String,
+    /// Why it was claimed: `scheduled`, `catch-up` or `takeover`.
+    pub reason: String,
+    /// The fence value won with it.
+    pub fence: u64,
+    /// When its claim was won.
+    pub started_at: i64,
+    /// When it ended (for a runner that died: the lease end it never renewed).
+    pub ended_at: Option<i64>,
+    /// `success`, `failed`, `died` or `handed-over`; `None` while it runs.
+    pub outcome: Option<String>,
+}
+
+/// One run, as `baton history --json` prints it.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The job.
+    pub job: String,
+    /// The slot.
+    pub slot: i64,
+    /// `running`, `success`, `failed` or `interrupted`.
+    pub status: String,
+    /// The current attempt's lease end.
+    pub lease_end: i64,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<Attempt>,
+}
+
+/// One line the side-effect guest appended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Effect {
+    /// The job whose data directory held it.
+    pub job: String,
+    /// The slot the guest was told.
+    pub slot: i64,
+    /// The attempt the guest was told.
+    pub attempt: u32,
+    /// The fence the guest was told.
+    pub fence: u64,
+    /// The runner the guest was told.
+    pub runner: String,
+    /// The guest's wall clock when it wrote the line (the runner's clock, skew included).
+    pub at: i64,
+}
+
+/// One line a runner logged (instance events, and the store errors that matter here).
+#[derive(Clone, Debug)]
+pub struct Event {
+    /// When the harness read it (machine clock = store clock).
+    pub at: i64,
+    /// The runner that logged it.
+    pub runner: String,
+    /// The event (`won`, `skip`, `late`, `success`, …) or, for other lines, the message.
+    pub kind: String,
+    /// The job, where the line names one.
+    pub job: Option<String>,
+    /// The slot, where the line names one.
+    pub slot: Option<i64>,
+    /// The attempt, where the line names one.
+    pub attempt: Option<u32>,
+    /// The event's reason.
+    pub reason: String,
+}
+
+/// A job of the scenario, as the checker needs to know it.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    /// Its name.
+    pub name: String,
+    /// Its schedule is "every `period` ms", aligned on the epoch (`*/N * * * * *`).
+    pub period: i64,
+    /// Its `max_attempts`.
+    pub max_attempts: u32,
+    /// A well-behaved job must keep its schedule outside the faults' disturbance.
+    pub well_behaved: bool,
+}
+
+/// A span of time, for one runner or for all of them.
+#[derive(Clone, Debug)]
+pub struct Span {
+    /// The runner it concerns; `None` for all.
+    pub runner: Option<String>,
+    /// Start (ms).
+    pub from: i64,
+    /// End (ms).
+    pub to: i64,
+}
+
+/// Everything the checker reads about one scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Input {
+    /// The scenario's jobs.
+    pub jobs: Vec<JobSpec>,
+    /// The store's history of every job.
+    pub runs: Vec<Run>,
+    /// The side-effect guest's lines.
+    pub effects: Vec<Effect>,
+    /// The runners' log lines.
+    pub events: Vec<Event>,
+    /// The slots in `[from, to]` must all be accounted for.
+    pub window: (i64, i64),
+    /// Each runner's wall clock minus the store's (a `faketime` runner), ms.
+    pub skew: HashMap<String, i64>,
+    /// When a runner was frozen (`SIGSTOP` to `SIGCONT`): it cannot stop its guests meanwhile.
+    pub freezes: Vec<Span>,
+    /// When no runner could run a slot: all of them down, or the store out of reach for all.
+    pub outages: Vec<Span>,
+    /// When a fault (and its recovery) was going on: well-behaved jobs may be off schedule then.
+    pub disturbed: Vec<Span>,
+    /// How long a host may take to stop a guest once it can run: the allowance for side effects
+    /// after the lease end (the machine is loaded, so generous).
+    pub stop_latency: i64,
+    /// How late after its slot a well-behaved job's first attempt may start.
+    pub on_time: i64,
+}
+
+/// A broken rule, with what shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule, in the words of the issue.
+    pub rule: &'static str,
+    /// The run and what is wrong with it.
+    pub detail: String,
+}
+
+/// The rule names, one per invariant.
+pub mod rules {
+    /// At most one attempt of a job holds a live lease at any store time.
+    pub const ONE_LIVE_LEASE: &str = "one live lease";
+    /// Attempts counted toward max attempts never exceed it; hand-overs are not counted.
+    pub const MAX_ATTEMPTS: &str = "max attempts";
+    /// No finish or heartbeat with a stale token was accepted.
+    pub const STALE_TOKEN: &str = "stale token";
+    /// No run of a job started after a newer slot had started.
+    pub const ORDER: &str = "no older run after a newer one";
+    /// Every due slot is accounted for.
+    pub const ACCOUNTED: &str = "every slot accounted for";
+    /// No side effect of a fenced attempt later than its lease end plus the stop latency.
+    pub const ZOMBIE: &str = "zombie side effect";
+    /// Well-behaved jobs keep their schedule beside misbehaving ones.
+    pub const SCHEDULE: &str = "well-behaved jobs keep their schedule";
+}
+
+/// The figures of one scenario, for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// Runs in the store.
+    pub runs: usize,
+    /// Attempts won by a takeover.
+    pub takeovers: usize,
+    /// Attempts handed over on stop.
+    pub hand_overs: usize,
+    /// Attempts the store fenced out: their lease ran out and their token was no longer good.
+    pub fenced: usize,
+    /// The latest side effect of a fenced attempt after its lease end, ms (negative: it stopped
+    /// before); `None` when no fenced attempt wrote anything.
+    pub zombie_after_lease_end: Option<i64>,
+    /// The same, counted from when the runner could run again (after a freeze), ms.
+    pub zombie_after_wake: Option<i64>,
+}
+
+fn ms(v: &Value) -> Option<i64> {
+    let s = v.as_str()?;
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// Parses `baton history --json` output: one run per line.
+pub fn parse_history(text: &str) -> Result<Vec<Run>, String> {
+    let mut runs = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
+        let bad = |what: &str| format!("history line without {what}: {line}");
+        let mut attempts = Vec::new();
+        for a in v["attempts"].as_array().ok_or_else(|| bad("attempts"))? {
+            attempts.push(Attempt {
+                attempt: a["attempt"]
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad("attempt"))?,
+                runner: a["runner"]
+                    .as_str()
+                    .ok_or_else(|| bad("runner"))?
+                    .to_owned(),
+                reason: a["reason"].as_str().unwrap_or_default().to_owned(),
+                fence: a["fence"].as_u64().ok_or_else(|| bad("fence"))?,
+                started_at: ms(&a["started_at"]).ok_or_else(|| bad("started_at"))?,
+                ended_at: ms(&a["ended_at"]),
+                outcome: a["outcome"].as_str().map(str::to_owned),
+            });
+        }
+        runs.push(Run {
+            job: v["job"].as_str().ok_or_else(|| bad("job"))?.to_owned(),
+            slot: ms(&v["slot"]).ok_or_else(|| bad("slot"))?,
+            status: v["status"]
+                .as_str()
+                .ok_or_else(|| bad("status"))?
+                .to_owned(),
+            lease_end: ms(&v["lease_end"]).ok_or_else(|| bad("lease_end"))?,
+            attempts,
+        });
+    }
+    Ok(runs)
+}
+
+/// Parses one side-effect line: `<slot> <attempt> <fence> <runner> <ms> <step>`.
+pub fn parse_effect(job: &str, line: &str) -> Option<Effect> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 6 {
+        return None;
+    }
+    Some(Effect {
+        job: job.to_owned(),
+        slot: f[0].parse().ok()?,
+        attempt: f[1].parse().ok()?,
+        fence: f[2].parse().ok()?,
+        runner: f[3].to_owned(),
+        at: f[4].parse().ok()?,
+    })
+}
+
+/// Parses one JSON log line of `baton run --log-format json`, read at `at`.
+pub fn parse_event(runner: &str, at: i64, line: &str) -> Option<Event> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let kind = v["event"]
+        .as_str()
+        .or_else(|| v["message"].as_str())?
+        .to_owned();
+    let slot = match &v["slot"] {
+        Value::String(_) => ms(&v["slot"]),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    };
+    Some(Event {
+        at,
+        runner: runner.to_owned(),
+        kind,
+        job: v["job"].as_str().map(str::to_owned),
+        slot,
+        attempt: v["attempt"].as_u64().and_then(|n| u32::try_from(n).ok()),
+        reason: v["reason"].as_str().unwrap_or_default().to_owned(),
+    })
+}
+
+fn within(spans: &[Span], t: i64, before: i64, after: i64) -> bool {
+    spans
+        .iter()
+        .any(|s| s.from - before <= t && t <= s.to + after)
+}
+
+/// The end of an attempt's live lease: its end, or the run's lease end while it is current.
+fn lease_until(run: &Run, a: &Attempt) -> i64 {
+    a.ended_at.unwrap_or(run.lease_end)
+}
+
+/// Checks every rule; returns the violations (none, when Baton keeps the spec) and the figures.
+pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
+    let mut v = Vec::new();
+    let mut by_job: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for run in &input.runs {
+        by_job.entry(run.job.as_str()).or_default().push(run);
+    }
+    for runs in by_job.values_mut() {
+        runs.sort_by_key(|r| r.slot);
+    }
+    for job in &input.jobs {
+        let runs = by_job.get(job.name.as_str()).cloned().unwrap_or_default();
+        one_live_lease(input, &runs, &mut v);
+        max_attempts(job, &runs, &mut v);
+        stale_tokens(&runs, &mut v);
+        order(&runs, &mut v);
+        accounted(input, job, &runs, &mut v);
+        if job.well_behaved {
+            schedule(input, job, &runs, &mut v);
+        }
+    }
+    stale_finishes_reported(input, &mut v);
+    let mut figures = Figures {
+        runs: input.runs.len(),
+        ..Figures::default()
+    };
+    for a in input.runs.iter().flat_map(|r| &r.attempts) {
+        figures.takeovers += usize::from(a.reason == "takeover");
+        figures.hand_overs += usize::from(a.outcome.as_deref() == Some("handed-over"));
+        figures.fenced += usize::from(a.outcome.as_deref() == Some("died"));
+    }
+    zombies(input, &mut v, &mut figures);
+    (v, figures)
+}
+
+/// What the store and the runners said of one slot, to explain a violation.
+pub fn story(input: &Input, job: &str, slot: i64) -> String {
+    let mut out = String::new();
+    for r in input.runs.iter().filter(|r| r.job == job && r.slot == slot) {
+        out.push_str(&format!(" [store: {} lease_end {}", r.status, r.lease_end));
+        for a in &r.attempts {
+            out.push_str(&format!(
+                "; #{} {} {} {}..{:?} {:?}",
+                a.attempt, a.runner, a.reason, a.started_at, a.ended_at, a.outcome
+            ));
+        }
+        out.push(']');
+    }
+    let said: Vec<String> = input
+        .events
+        .iter()
+        .filter(|e| e.job.as_deref() == Some(job) && e.slot == Some(slot))
+        .map(|e| format!("{}@{} {} {}", e.kind, e.at, e.runner, e.reason))
+        .collect();
+    if !said.is_empty() {
+        out.push_str(&format!(" [runners: {}]", said.join("; ")));
+    }
+    out
+}
+
+fn one_live_lease(input: &Input, runs: &[&Run], v: &mut Vec<Violation>) {
+    let mut spans: Vec<(i64, i64, i64, u32)> = runs
+        .iter()
+        .flat_map(|r| {
+            r.attempts
+                .iter()
+                .map(move |a| (a.started_at, lease_until(r, a), r.slot, a.attempt))
+        })
+        .collect();
+    spans.sort();
+    let mut held: Option<(i64, i64, u32)> = None;
+    for (from, to, slot, attempt) in spans {
+        if let Some((until, hslot, hattempt)) = held {
+            if from < until {
+                v.push(Violation {
+                    rule: rules::ONE_LIVE_LEASE,
+                    detail: format!(
+                        "slot {slot} attempt {attempt} won at {from} while slot {hslot} attempt {hattempt} held a lease until {until};{}{}",
+                        story(input, &runs[0].job, slot),
+                        story(input, &runs[0].job, hslot)
+                    ),
+                });
+            }
+        }
+        if held.is_none_or(|(until, _, _)| to > until) {
+            held = Some((to, slot, attempt));
+        }
+    }
+}
+
+fn max_attempts(job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>) {
+    for (i, run) in runs.iter().enumerate() {
+        let mut deaths = 0u32;
+        for (k, a) in run.attempts.iter().enumerate() {
+            if a.attempt as usize != k + 1 {
+                v.push(Violation {
+                    rule: rules::MAX_ATTEMPTS,
+                    detail: format!(
+                        "{} slot {}: attempt number {} in position {}",
+                        run.job,
+                        run.slot,
+                        a.attempt,
+                        k + 1
+                    ),
+                });
+            }
+            if deaths >= job.max_attempts {
+                v.push(Violation {
+                    rule: rules::MAX_ATTEMPTS,
+                    detail: format!(
+                        "{} slot {}: attempt {} started after {deaths} runners died (max_attempts {})",
+                        run.job, run.slot, a.attempt, job.max_attempts
+                    ),
+                });
+            }
+            deaths += u32::from(a.outcome.as_deref() == Some("died"));
+        }
+        let newer = i + 1 < runs.len();
+        if run.status == "interrupted" && deaths < job.max_attempts && !newer {
+            v.push(Violation {
+                rule: rules::MAX_ATTEMPTS,
+                detail: format!(
+                    "{} slot {}: interrupted after {deaths} deaths (max_attempts {}) with no newer run: a hand-over was counted",
+                    run.job, run.slot, job.max_attempts
+                ),
+            });
+        }
+    }
+}
+
+fn stale_tokens(runs: &[&Run], v: &mut Vec<Violation>) {
+    for run in runs {
+        let mut bad = |detail: String| {
+            v.push(Violation {
+                rule: rules::STALE_TOKEN,
+                detail: format!("{} slot {}: {detail}", run.job, run.slot),
+            })
+        };
+        let Some(last) = run.attempts.last() else {
+            bad("a run without attempts".into());
+            continue;
+        };
+        for a in &run.attempts[..run.attempts.len() - 1] {
+            if !matches!(a.outcome.as_deref(), Some("died" | "handed-over")) {
+                bad(format!(
+                    "attempt {} was followed by another, yet ended {:?}: a finish with a superseded token was accepted",
+                    a.attempt, a.outcome
+                ));
+            }
+        }
+        match run.status.as_str() {
+            "success" | "failed" => {
+                if last.outcome.as_deref() != Some(run.status.as_str()) {
+                    bad(format!(
+                        "status {} but the last attempt ended {:?}",
+                        run.status, last.outcome
+                    ));
+                }
+                if last.ended_at != Some(run.lease_end) {
+                    bad(format!(
+                        "finished at {:?} but its lease end moved to {}: a heartbeat after the finish was accepted",
+                        last.ended_at, run.lease_end
+                    ));
+                }
+            }
+            "interrupted" => {
+                if last.outcome.as_deref() != Some("died") {
+                    bad(format!(
+                        "interrupted, but its last attempt ended {:?}",
+                        last.outcome
+                    ));
+                }
+            }
+            _ => {
+                if last.outcome.as_deref() == Some("handed-over")
+                    && last.ended_at != Some(run.lease_end)
+                {
+                    bad(format!(
+                        "released at {:?} but its lease end moved to {}: a heartbeat renewed a released lease",
+                        last.ended_at, run.lease_end
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// A runner told that its finish or release was accepted, for an attempt the store recorded
+/// otherwise: the store accepted a stale token, or told the runner it had.
+fn stale_finishes_reported(input: &Input, v: &mut Vec<Violation>) {
+    let runs: HashMap<(&str, i64), &Run> = input
+        .runs
+        .iter()
+        .map(|r| ((r.job.as_str(), r.slot), r))
+        .collect();
+    for e in &input.events {
+        let expected = match e.kind.as_str() {
+            "success" => "success",
+            "failed" => "failed",
+            "released" => "handed-over",
+            _ => continue,
+        };
+        let (Some(job), Some(slot), Some(attempt)) = (&e.job, e.slot, e.attempt) else {
+            continue;
+        };
+        let Some(run) = runs.get(&(job.as_str(), slot)) else {
+            continue;
+        };
+        let recorded = run.attempts.iter().find(|a| a.attempt == attempt);
+        let ok = recorded
+            .is_some_and(|a| a.runner == e.runner && a.outcome.as_deref() == Some(expected));
+        if !ok {
+            v.push(Violation {
+                rule: rules::STALE_TOKEN,
+                detail: format!(
+                    "{job} slot {slot}: {} was told its {} of attempt {attempt} was accepted; the store recorded {:?}",
+                    e.runner,
+                    e.kind,
+                    recorded.map(|a| (&a.runner, &a.outcome))
+                ),
+            });
+        }
+    }
+}
+
+fn order(runs: &[&Run], v: &mut Vec<Violation>) {
+    // The earliest first attempt of any newer run, from the newest down.
+    let mut newer_started: Option<(i64, i64)> = None;
+    for run in runs.iter().rev() {
+        if let Some((started, newer_slot)) = newer_started {
+            for a in run.attempts.iter().filter(|a| a.started_at > started) {
+                v.push(Violation {
+                    rule: rules::ORDER,
+                    detail: format!(
+                        "{} slot {} attempt {} started at {} after slot {newer_slot} had started at {started}",
+                        run.job, run.slot, a.attempt, a.started_at
+                    ),
+                });
+            }
+        }
+        if let Some(first) = run.attempts.first() {
+            if newer_started.is_none_or(|(s, _)| first.started_at < s) {
+                newer_started = Some((first.started_at, run.slot));
+            }
+        }
+    }
+}
+
+fn slots(job: &JobSpec, (from, to): (i64, i64)) -> impl Iterator<Item = i64> {
+    let period = job.period;
+    let first = from.div_euclid(period) * period + period;
+    (0..)
+        .map(move |k| first + k * period)
+        .take_while(move |s| *s <= to)
+}
+
+fn accounted(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>) {
+    let ran: HashSet<i64> = runs.iter().map(|r| r.slot).collect();
+    let told: HashSet<i64> = input
+        .events
+        .iter()
+        .filter(|e| e.job.as_deref() == Some(job.name.as_str()))
+        .filter(|e| matches!(e.kind.as_str(), "skip" | "late"))
+        .filter_map(|e| e.slot)
+        .collect();
+    for slot in slots(job, input.window) {
+        // A slot due during an outage, or whose claims were still retrying when it ended.
+        let missed = within(&input.outages, slot, 0, 2_500);
+        if !ran.contains(&slot) && !told.contains(&slot) && !missed {
+            v.push(Violation {
+                rule: rules::ACCOUNTED,
+                detail: format!(
+                    "{} slot {slot}: no run, no skip, no late answer, and no outage",
+                    job.name
+                ),
+            });
+        }
+    }
+}
+
+fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>) {
+    let by_slot: HashMap<i64, &&Run> = runs.iter().map(|r| (r.slot, r)).collect();
+    for slot in slots(job, input.window) {
+        if within(&input.disturbed, slot, 0, 0) || within(&input.outages, slot, 0, 2_500) {
+            continue;
+        }
+        let kept = by_slot.get(&slot).is_some_and(|r| {
+            r.status == "success"
+                && r.attempts.len() == 1
+                && r.attempts
+                    .first()
+                    .is_some_and(|a| a.started_at - slot <= input.on_time)
+        });
+        if !kept {
+            v.push(Violation {
+                rule: rules::SCHEDULE,
+                detail: format!(
+                    "{} slot {slot}: not a success on time outside every fault;{}",
+                    job.name,
+                    story(input, &job.name, slot)
+                ),
+            });
+        }
+    }
+}
+
+fn zombies(input: &Input, v: &mut Vec<Violation>, figures: &mut Figures) {
+    let runs: HashMap<(&str, i64), &Run> = input
+        .runs
+        .iter()
+        .map(|r| ((r.job.as_str(), r.slot), r))
+        .collect();
+    for e in &input.effects {
+        let attempt = runs
+            .get(&(e.job.as_str(), e.slot))
+            .and_then(|r| r.attempts.iter().find(|a| a.attempt == e.attempt));
+        let Some(a) = attempt.filter(|a| a.runner == e.runner && a.fence == e.fence) else {
+            v.push(Violation {
+                rule: rules::ZOMBIE,
+                detail: format!(
+                    "{} slot {} attempt {} on {} (fence {}): a side effect of an attempt the store never granted",
+                    e.job, e.slot, e.attempt, e.runner, e.fence
+                ),
+            });
+            continue;
+        };
+        let Some(end) = a.ended_at else { continue };
+        let at = e.at - input.skew.get(&e.runner).copied().unwrap_or(0);
+        // A frozen runner can stop nothing until it runs again.
+        let woke = input
+            .freezes
+            .iter()
+            .filter(|f| f.runner.as_deref() == Some(e.runner.as_str()))
+            .filter(|f| f.from <= end + input.stop_latency && f.to > end)
+            .map(|f| f.to)
+            .max()
+            .unwrap_or(end);
+        if a.outcome.as_deref() == Some("died") {
+            let raw = at - end;
+            let awake = at - woke;
+            figures.zombie_after_lease_end = figures.zombie_after_lease_end.max(Some(raw));
+            figures.zombie_after_wake = figures.zombie_after_wake.max(Some(awake));
+        }
+        if at > woke + input.stop_latency {
+            v.push(Violation {
+                rule: rules::ZOMBIE,
+                detail: format!(
+                    "{} slot {} attempt {} on {}: a side effect at {at}, {} ms after its lease end {end} (runner could run again at {woke}; allowance {} ms)",
+                    e.job, e.slot, e.attempt, e.runner, at - end, input.stop_latency
+                ),
+            });
+        }
+    }
+}
+
+/// How long after each fault `(runner, at)` the run that runner held was taken over: the next
+/// attempt's start minus the fault's time, for faults whose run was taken over (not
+/// interrupted by a newer slot).
+pub fn takeover_times(runs: &[Run], faults: &[(String, i64)]) -> Vec<i64> {
+    let mut times = Vec::new();
+    for (runner, at) in faults {
+        let found = runs
+            .iter()
+            .flat_map(|r| r.attempts.windows(2))
+            .filter(|w| &w[0].runner == runner && w[0].started_at <= *at)
+            .filter(|w| w[0].ended_at.is_some_and(|end| end >= *at))
+            .map(|w| w[1].started_at - at)
+            .min();
+        times.extend(found);
+    }
+    times
+}
+
+#[cfg(test)]
+mod tests {
+    //! The checker must be able to fail: each test feeds it a hand-made history that breaks one
+    //! rule, and a clean one that breaks none.
+
+    use super::*;
+
+    fn attempt(n: u32, runner: &str, from: i64, to: Option<i64>, outcome: Option<&str>) -> Attempt {
+        Attempt {
+            attempt: n,
+            runner: runner.into(),
+            reason: if n == 1 { "scheduled" } else { "takeover" }.into(),
+            fence: u64::from(n),
+            started_at: from,
+            ended_at: to,
+            outcome: outcome.map(str::to_owned),
+        }
+    }
+
+    fn run(slot: i64, status: &str, lease_end: i64, attempts: Vec<Attempt>) -> Run {
+        Run {
+            job: "j".into(),
+            slot,
+            status: status.into(),
+            lease_end,
+            attempts,
+        }
+    }
+
+    fn input(runs: Vec<Run>) -> Input {
+        Input {
+            jobs: vec![JobSpec {
+                name: "j".into(),
+                period: 1000,
+                max_attempts: 2,
+                well_behaved: false,
+            }],
+            runs,
+            window: (10_000, 12_000),
+            stop_latency: 100,
+            on_time: 500,
+            ..Input::default()
+        }
+    }
+
+    fn clean() -> Vec<Run> {
+        vec![
+            run(
+                11_000,
+                "success",
+                11_300,
+                vec![attempt(1, "a", 11_005, Some(11_300), Some("success"))],
+            ),
+            run(
+                12_000,
+                "success",
+                13_800,
+                vec![
+                    attempt(1, "a", 12_005, Some(13_005), Some("died")),
+                    attempt(2, "b", 13_200, Some(13_800), Some("success")),
+                ],
+            ),
+        ]
+    }
+
+    fn broken(input: &Input) -> Vec<&'static str> {
+        check(input).0.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_clean_history_has_no_violation() {
+        let (v, f) = check(&input(clean()));
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!((f.runs, f.takeovers, f.fenced), (2, 1, 1));
+    }
+
+    #[test]
+    fn two_live_leases_at_once_break_the_one_live_lease_rule() {
+        let mut runs = clean();
+        runs[1].attempts[1].started_at = 12_900; // before attempt 1's lease end 13_005
+        assert!(broken(&input(runs)).contains(&rules::ONE_LIVE_LEASE));
+    }
+
+    #[test]
+    fn an_attempt_after_max_deaths_breaks_the_max_attempts_rule() {
+        let mut runs = clean();
+        runs[1].attempts[1].outcome = Some("died".into());
+        runs[1].attempts.push(attempt(3, "c", 14_000, None, None));
+        runs[1].status = "running".into();
+        runs[1].lease_end = 15_000;
+        assert!(broken(&input(runs)).contains(&rules::MAX_ATTEMPTS));
+    }
+
+    #[test]
+    fn an_interrupted_run_with_attempts_left_and_no_newer_run_counts_a_hand_over() {
+        let runs = vec![run(
+            11_000,
+            "interrupted",
+            11_500,
+            vec![
+                attempt(1, "a", 11_005, Some(11_100), Some("handed-over")),
+                attempt(2, "b", 11_200, Some(11_500), Some("died")),
+            ],
+        )];
+        let mut i = input(runs);
+        i.window = (10_000, 11_000);
+        assert_eq!(broken(&i), [rules::MAX_ATTEMPTS]);
+    }
+
+    #[test]
+    fn a_finished_attempt_followed_by_another_breaks_the_stale_token_rule() {
+        let mut runs = clean();
+        runs[1].attempts[0].outcome = Some("success".into());
+        assert!(broken(&input(runs)).contains(&rules::STALE_TOKEN));
+    }
+
+    #[test]
+    fn a_lease_end_moved_after_the_finish_breaks_the_stale_token_rule() {
+        let mut runs = clean();
+        runs[0].lease_end = 12_300;
+        assert!(broken(&input(runs)).contains(&rules::STALE_TOKEN));
+    }
+
+    #[test]
+    fn a_runner_told_its_stale_finish_was_accepted_breaks_the_stale_token_rule() {
+        let mut i = input(clean());
+        i.events.push(Event {
+            at: 13_900,
+            runner: "a".into(),
+            kind: "success".into(),
+            job: Some("j".into()),
+            slot: Some(12_000),
+            attempt: Some(1),
+            reason: String::new(),
+        });
+        assert_eq!(broken(&i), [rules::STALE_TOKEN]);
+    }
+
+    #[test]
+    fn an_older_run_taken_over_after_a_newer_slot_started_breaks_the_order_rule() {
+        let mut runs = clean();
+        runs[0].status = "success".into();
+        runs[0].attempts = vec![
+            attempt(1, "a", 11_005, Some(12_000), Some("died")),
+            attempt(2, "b", 12_100, Some(12_200), Some("success")),
+        ];
+        runs[0].lease_end = 12_200;
+        let b = broken(&input(runs));
+        assert!(b.contains(&rules::ORDER), "{b:?}");
+    }
+
+    #[test]
+    fn a_slot_with_no_run_skip_or_outage_is_unaccounted() {
+        let mut runs = clean();
+        runs.remove(0);
+        assert_eq!(broken(&input(runs.clone())), [rules::ACCOUNTED]);
+        let mut skipped = input(runs.clone());
+        skipped.events.push(Event {
+            at: 11_001,
+            runner: "b".into(),
+            kind: "skip".into(),
+            job: Some("j".into()),
+            slot: Some(11_000),
+            attempt: None,
+            reason: "overlap".into(),
+        });
+        assert!(broken(&skipped).is_empty());
+        let mut down = input(runs);
+        down.outages.push(Span {
+            runner: None,
+            from: 10_500,
+            to: 11_200,
+        });
+        assert!(broken(&down).is_empty());
+    }
+
+    #[test]
+    fn a_side_effect_past_the_lease_end_and_stop_latency_is_a_zombie() {
+        let mut i = input(clean());
+        let effect = |at| Effect {
+            job: "j".into(),
+            slot: 12_000,
+            attempt: 1,
+            fence: 1,
+            runner: "a".into(),
+            at,
+        };
+        i.effects.push(effect(13_050));
+        let (v, f) = check(&i);
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(f.zombie_after_lease_end, Some(45));
+        i.effects.push(effect(13_200));
+        assert_eq!(broken(&i), [rules::ZOMBIE]);
+        // Frozen until 13_150: the allowance counts from the wake.
+        i.freezes.push(Span {
+            runner: Some("a".into()),
+            from: 12_500,
+            to: 13_150,
+        });
+        assert!(broken(&i).is_empty());
+        // A skewed runner's clock is corrected before the comparison.
+        i.skew.insert("a".into(), 3_600_000);
+        i.effects.push(effect(3_600_000 + 13_400));
+        assert_eq!(broken(&i), [rules::ZOMBIE]);
+    }
+
+    #[test]
+    fn a_side_effect_of_an_attempt_the_store_never_granted_is_a_violation() {
+        let mut i = input(clean());
+        i.effects.push(Effect {
+            job: "j".into(),
+            slot: 12_000,
+            attempt: 2,
+            fence: 2,
+            runner: "a".into(),
+            at: 13_300,
+        });
+        assert_eq!(broken(&i), [rules::ZOMBIE]);
+    }
+
+    #[test]
+    fn a_late_or_failed_well_behaved_run_breaks_the_schedule_rule() {
+        let mut i = input(clean());
+        i.jobs[0].well_behaved = true;
+        // Slot 12_000 was taken over (not success on time) and is not in a disturbance.
+        assert_eq!(broken(&i), [rules::SCHEDULE]);
+        i.disturbed.push(Span {
+            runner: None,
+            from: 11_900,
+            to: 14_000,
+        });
+        assert!(broken(&i).is_empty());
+    }
+
+    #[test]
+    fn takeover_time_is_counted_from_the_fault() {
+        assert_eq!(takeover_times(&clean(), &[("a".into(), 12_100)]), [1_100]);
+        assert!(takeover_times(&clean(), &[("b".into(), 12_100)]).is_empty());
+    }
+
+    #[test]
+    fn history_and_effect_lines_parse() {
+        let line = r#"{"attempts":[{"attempt":1,"digest":null,"ended_at":"2026-12-03T08:12:16.211Z","fence":4,"outcome":"success","reason":"scheduled","runner":"r1","started_at":"2026-12-03T08:12:16.001Z","token":"e1"}],"fence":4,"handed_over":false,"job":"effects","lease_end":"2026-12-03T08:12:16.211Z","slot":"2026-12-03T08:12:16.000Z","status":"success"}"#;
+        let runs = parse_history(line).expect("parses");
+        assert_eq!(runs[0].slot, 1_796_285_536_000);
+        assert_eq!(runs[0].attempts[0].ended_at, Some(1_796_285_536_211));
+        let e = parse_effect("effects", "1796285533000 1 1 r1 1796285533331 0").expect("parses");
+        assert_eq!((e.attempt, e.at), (1, 1_796_285_533_331));
+        let ev = parse_event(
+            "r1",
+            5,
+            r#"{"event":"skip","job":"effects","slot":"2026-12-03T08:12:16.000Z","reason":"overlap"}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            (ev.kind.as_str(), ev.slot),
+            ("skip", Some(1_796_285_536_000))
+        );
+    }
+}

@@ -1,0 +1,741 @@
+//! The harness: one store (for Redis and Valkey a server of our own, restartable with its data),
+//! one jobs directory, and several real `baton run` processes with their own runner ids, each
+//! (on a network store) behind its own fault proxy; the faults; and what the checker reads at
+//! the end.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use baton_tests::process::baton;
+use baton_tests::proxy::{Mode, Proxy};
+use baton_tests::servers::{self, Server};
+
+use crate::checker::{self, Event, Input, JobSpec, Span};
+
+/// Every job's lease: 1 s.
+pub const LEASE_MS: i64 = 1_000;
+/// Every job's heartbeat: 150 ms.
+pub const HEARTBEAT_MS: i64 = 150;
+/// `--stop-timeout` of every runner: 100 ms.
+pub const STOP_TIMEOUT_MS: i64 = 100;
+/// How long a host may take to stop a guest once it can run, in the checker: 1 s. The host
+/// stops a fenced guest within milliseconds (see `cargo test --test wasm_host`); the allowance
+/// is for a loaded 2-core machine running a dozen hosts.
+pub const STOP_LATENCY_MS: i64 = 1_000;
+/// How late after its slot a well-behaved job's first attempt may start: 1 s.
+pub const ON_TIME_MS: i64 = 1_000;
+
+/// The machine's clock, ms: the store's clock for every store of these tests.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The stores the matrix covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// One file shared by the runner processes.
+    Sqlite,
+    /// A `redis-server` of our own, with an append-only file.
+    Redis,
+    /// A `valkey-server` of our own, with an append-only file.
+    Valkey,
+    /// The machine's PostgreSQL, in a schema of these tests.
+    Postgres,
+}
+
+impl Backend {
+    /// Every backend, in report order.
+    pub const ALL: [Backend; 4] = [
+        Backend::Sqlite,
+        Backend::Redis,
+        Backend::Valkey,
+        Backend::Postgres,
+    ];
+
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Redis => "redis",
+            Backend::Valkey => "valkey",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// Whether runners reach it over TCP (and so through a proxy).
+    pub fn is_network(self) -> bool {
+        self != Backend::Sqlite
+    }
+}
+
+/// A job of a scenario: its component, its TOML, and what the checker knows of it.
+#[derive(Clone)]
+pub struct Job {
+    /// What the checker knows of it.
+    pub spec: JobSpec,
+    /// The component's path (`env!("GUEST_…")`).
+    pub guest: &'static str,
+    /// The job file's lines beyond the lease options every job shares.
+    pub toml: String,
+}
+
+fn every(period_s: i64) -> String {
+    if period_s == 1 {
+        "* * * * * *".into()
+    } else {
+        format!("*/{period_s} * * * * *")
+    }
+}
+
+/// The side-effect guest every `period_s` seconds, `steps` steps of `step_ms`.
+pub fn effects_job(
+    name: &str,
+    period_s: i64,
+    steps: u32,
+    step_ms: u32,
+    extra: &str,
+    well_behaved: bool,
+) -> Job {
+    Job {
+        spec: JobSpec {
+            name: name.into(),
+            period: period_s * 1000,
+            max_attempts: 3,
+            well_behaved,
+        },
+        guest: env!("GUEST_SIDE_EFFECT"),
+        toml: format!(
+            "schedule = \"{}\"\n{extra}\n[grants]\ndata_dir = \"data/{name}\"\nenv = {{ STEPS = \"{steps}\", STEP_MS = \"{step_ms}\" }}\n",
+            every(period_s)
+        ),
+    }
+}
+
+/// The two well-behaved jobs of every scenario: `effects` (every 3 s, 1.2 s of side effects in
+/// 20 ms steps: long enough to be hit mid-attempt) and `tick` (every second, one step).
+pub fn well_behaved() -> Vec<Job> {
+    vec![
+        effects_job("effects", 3, 60, 20, "", true),
+        effects_job("tick", 1, 1, 1, "", true),
+    ]
+}
+
+fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) -> Job {
+    Job {
+        spec: JobSpec {
+            name: name.into(),
+            period: period_s * 1000,
+            max_attempts: 3,
+            well_behaved: false,
+        },
+        guest,
+        toml: format!("schedule = \"{}\"\n{extra}\n", every(period_s)),
+    }
+}
+
+/// The Wasm host's misbehaving test guests, beside the well-behaved jobs: a busy loop and a
+/// sleeper stopped at their run timeout, a memory hog, a trap, a panic and a log flood.
+pub fn misbehaving() -> Vec<Job> {
+    vec![
+        misbehaving_job(
+            "spin",
+            env!("GUEST_BUSY_LOOP"),
+            2,
+            "[limits]\nrun_timeout = \"200ms\"",
+        ),
+        misbehaving_job(
+            "sleeper",
+            env!("GUEST_SLEEPER"),
+            4,
+            "[limits]\nrun_timeout = \"1s\"",
+        ),
+        misbehaving_job("hog", env!("GUEST_HOG"), 2, "[limits]\nmemory = \"16MiB\""),
+        misbehaving_job("trap", env!("GUEST_TRAP"), 2, ""),
+        misbehaving_job("panic", env!("GUEST_PANIC"), 2, ""),
+        misbehaving_job("flood", env!("GUEST_FLOOD"), 4, ""),
+    ]
+}
+
+/// The store of one scenario.
+enum Store {
+    Sqlite {
+        path: PathBuf,
+        /// Releases the lock of a "stopped" file.
+        lock: Option<mpsc::Sender<()>>,
+    },
+    RedisLike {
+        binary: PathBuf,
+        port: u16,
+        dir: tempfile::TempDir,
+        server: Option<Server>,
+    },
+    Postgres,
+}
+
+const REDIS_PERSISTENCE: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
+
+/// The machine's PostgreSQL, in a schema of the fault tests only.
+fn postgres_url(host_port: &str) -> String {
+    let base = baton_tests::backends::postgres_url();
+    let rest = base.split_once('@').map_or("postgres", |(user, _)| user);
+    let user = rest.trim_start_matches("postgres://");
+    let db = base.rsplit_once('/').map_or("test", |(_, db)| db);
+    format!("postgres://{user}@{host_port}/{db}?schema=baton_faults")
+}
+
+fn postgres_target() -> String {
+    let base = baton_tests::backends::postgres_url();
+    base.split_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map_or("127.0.0.1:5432".to_owned(), |(hp, _)| hp.to_owned())
+}
+
+impl Store {
+    fn start(backend: Backend, dir: &Path) -> Store {
+        match backend {
+            Backend::Sqlite => Store::Sqlite {
+                path: dir.join("baton.db"),
+                lock: None,
+            },
+            Backend::Redis | Backend::Valkey => {
+                let binary = if backend == Backend::Redis {
+                    PathBuf::from("redis-server")
+                } else {
+                    servers::valkey_server_binary()
+                };
+                let port = servers::free_port(false);
+                let dir = tempfile::tempdir().expect("server directory");
+                let server =
+                    servers::start_redis_like_in(&binary, port, dir.path(), &REDIS_PERSISTENCE);
+                Store::RedisLike {
+                    binary,
+                    port,
+                    dir,
+                    server: Some(server),
+                }
+            }
+            Backend::Postgres => Store::Postgres,
+        }
+    }
+
+    /// Where the server listens, for a proxy.
+    fn target(&self) -> Option<String> {
+        match self {
+            Store::Sqlite { .. } => None,
+            Store::RedisLike { port, .. } => Some(format!("127.0.0.1:{port}")),
+            Store::Postgres => Some(postgres_target()),
+        }
+    }
+
+    /// The URL, directly or through a proxy on `via`.
+    fn url(&self, backend: Backend, via: Option<u16>) -> String {
+        let host_port = via.map(|p| format!("127.0.0.1:{p}"));
+        match self {
+            Store::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
+            Store::RedisLike { port, .. } => {
+                let scheme = if backend == Backend::Valkey {
+                    "valkey"
+                } else {
+                    "redis"
+                };
+                let hp = host_port.unwrap_or(format!("127.0.0.1:{port}"));
+                format!("{scheme}://{hp}")
+            }
+            Store::Postgres => postgres_url(&host_port.unwrap_or_else(postgres_target)),
+        }
+    }
+}
+
+/// One `baton run` process.
+pub struct Runner {
+    /// Its runner id.
+    pub id: String,
+    child: Option<Child>,
+    proxy: Option<Proxy>,
+}
+
+impl Runner {
+    fn pid(&self) -> Option<libc::pid_t> {
+        self.child
+            .as_ref()
+            .and_then(|c| libc::pid_t::try_from(c.id()).ok())
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: kill(2) on a child this harness started and has not reaped.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+}
+
+/// How a runner is started.
+#[derive(Clone, Copy, Default)]
+pub struct RunnerOptions {
+    /// Its clock is this far off, through `faketime -f` (e.g. "-3h").
+    pub faketime: Option<(&'static str, i64)>,
+}
+
+/// A fault injected at a time, against a runner: the checker's takeover time counts from it.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// The runner hit.
+    pub runner: String,
+    /// When (ms).
+    pub at: i64,
+}
+
+/// One scenario's cluster.
+pub struct Cluster {
+    /// The store's kind.
+    pub backend: Backend,
+    namespace: String,
+    dir: tempfile::TempDir,
+    store: Store,
+    runners: Vec<Runner>,
+    events: Arc<Mutex<Vec<Event>>>,
+    jobs: Vec<Job>,
+    skew: HashMap<String, i64>,
+    freezes: Vec<Span>,
+    outages: Vec<Span>,
+    disturbed: Vec<Span>,
+    window_from: i64,
+    store_down_since: Option<i64>,
+    /// Faults after which a backup takes over within lease + 2 × heartbeat.
+    pub deaths: Vec<Fault>,
+    /// Faults after which a backup takes over within the stop timeout + 2 × heartbeat.
+    pub hand_overs: Vec<Fault>,
+}
+
+impl Cluster {
+    /// A jobs directory with `jobs` and a fresh store namespace; no runner yet.
+    pub fn new(backend: Backend, jobs: Vec<Job>) -> Cluster {
+        let dir = tempfile::tempdir().expect("scenario directory");
+        let jobs_dir = dir.path().join("jobs");
+        std::fs::create_dir_all(&jobs_dir).expect("jobs directory");
+        for job in &jobs {
+            let name = &job.spec.name;
+            std::fs::copy(job.guest, jobs_dir.join(format!("{name}.wasm")))
+                .unwrap_or_else(|e| panic!("copy {}: {e}", job.guest));
+            let toml = format!(
+                "lease = \"{LEASE_MS}ms\"\nheartbeat = \"{HEARTBEAT_MS}ms\"\nmax_attempts = {}\nhistory_size = 10000\n{}",
+                job.spec.max_attempts, job.toml
+            );
+            std::fs::write(jobs_dir.join(format!("{name}.toml")), toml).expect("job file");
+        }
+        let store = Store::start(backend, dir.path());
+        Cluster {
+            backend,
+            namespace: baton_tests::unique("faults"),
+            dir,
+            store,
+            runners: Vec::new(),
+            events: Arc::new(Mutex::new(Vec::new())),
+            jobs,
+            skew: HashMap::new(),
+            freezes: Vec::new(),
+            outages: Vec::new(),
+            disturbed: Vec::new(),
+            window_from: i64::MAX,
+            store_down_since: None,
+            deaths: Vec::new(),
+            hand_overs: Vec::new(),
+        }
+    }
+
+    /// Starts `baton run` as runner `id`; returns its index once it logged that it runs.
+    pub async fn start_runner(&mut self, id: &str, options: RunnerOptions) -> usize {
+        let proxy = match self.store.target() {
+            Some(target) => Some(Proxy::start(target).await),
+            None => None,
+        };
+        let url = self.store.url(self.backend, proxy.as_ref().map(|p| p.port));
+        let jobs = self.dir.path().join("jobs").display().to_string();
+        let mut cmd = match options.faketime {
+            Some((offset, skew)) => {
+                self.skew.insert(id.to_owned(), skew);
+                let mut cmd = Command::new("faketime");
+                cmd.args(["-f", offset]).arg(baton_tests::baton_binary());
+                cmd
+            }
+            None => Command::new(baton_tests::baton_binary()),
+        };
+        for (key, _) in std::env::vars() {
+            if key.starts_with("BATON_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.args(["run", "--jobs", &jobs, "--store", &url, "--runner", id])
+            .args(["--namespace", &self.namespace, "--log-format", "json"])
+            .args(["--stop-timeout", &format!("{STOP_TIMEOUT_MS}ms")])
+            .env("RUST_LOG", "info,baton::wasm=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = servers::spawn_tied_to_process(cmd).expect("start baton run");
+        let stderr = child.stderr.take().expect("the runner's stderr");
+        let events = self.events.clone();
+        let runner = id.to_owned();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                match checker::parse_event(&runner, now_ms(), &line) {
+                    Some(e) => events.lock().unwrap_or_else(|p| p.into_inner()).push(e),
+                    None => eprintln!("[{runner}] {line}"),
+                }
+            }
+        });
+        self.runners.push(Runner {
+            id: id.to_owned(),
+            child: Some(child),
+            proxy,
+        });
+        let started = now_ms();
+        let index = self.runners.len() - 1;
+        let who = id.to_owned();
+        self.wait_event(Duration::from_secs(60), "the runner to start", |e| {
+            e.runner == who && e.kind.starts_with("baton is running")
+        })
+        .await;
+        // A host that starts compiles its components and catches up: a disturbance.
+        self.disturb(started, now_ms() + 1_000);
+        index
+    }
+
+    /// Starts `n` runners `r1…rn` and opens the window of slots the checker accounts for.
+    pub async fn start(&mut self, n: usize) {
+        for i in 1..=n {
+            self.start_runner(&format!("r{i}"), RunnerOptions::default())
+                .await;
+        }
+        self.open_window();
+    }
+
+    /// From now on, every slot must be accounted for.
+    pub fn open_window(&mut self) {
+        self.window_from = self.window_from.min(now_ms() + 1_000);
+    }
+
+    /// Records a span in which a fault (and the recovery from it) goes on.
+    pub fn disturb(&mut self, from: i64, to: i64) {
+        self.disturbed.push(Span {
+            runner: None,
+            from,
+            to,
+        });
+    }
+
+    /// Waits for a log line that `pred` accepts, logged from now on or before.
+    pub async fn wait_event(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let until = Instant::now() + within;
+        loop {
+            let found = self
+                .events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .find(|e| pred(e))
+                .cloned();
+            if let Some(e) = found {
+                return e;
+            }
+            assert!(
+                Instant::now() < until,
+                "{} {}: no {what} within {within:?}",
+                self.backend.name(),
+                self.namespace
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for an attempt of `job` that starts after now, on a runner still up; returns the
+    /// runner's index and the event.
+    pub async fn next_attempt(&self, job: &str) -> (usize, Event) {
+        let after = now_ms();
+        let e = self
+            .wait_event(Duration::from_secs(20), "attempt to start", |e| {
+                e.kind == "started"
+                    && e.at >= after
+                    && e.job.as_deref() == Some(job)
+                    && self.index_of(&e.runner).is_some()
+            })
+            .await;
+        let i = self.index_of(&e.runner).expect("a live runner");
+        (i, e)
+    }
+
+    fn index_of(&self, runner: &str) -> Option<usize> {
+        self.runners
+            .iter()
+            .position(|r| r.id == runner && r.child.is_some())
+    }
+
+    /// The id of runner `i`.
+    pub fn id(&self, i: usize) -> String {
+        self.runners[i].id.clone()
+    }
+
+    /// `kill -9` runner `i`.
+    pub fn kill(&mut self, i: usize) {
+        let at = now_ms();
+        self.runners[i].signal(libc::SIGKILL);
+        if let Some(mut child) = self.runners[i].child.take() {
+            let _ = child.wait();
+        }
+        self.deaths.push(Fault {
+            runner: self.id(i),
+            at,
+        });
+        self.disturb(at - 1_000, at + LEASE_MS + 2 * HEARTBEAT_MS + 2_000);
+    }
+
+    /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`.
+    pub async fn freeze(&mut self, i: usize, for_ms: u64) {
+        let from = now_ms();
+        self.runners[i].signal(libc::SIGSTOP);
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        self.runners[i].signal(libc::SIGCONT);
+        let to = now_ms();
+        let runner = self.id(i);
+        self.freezes.push(Span {
+            runner: Some(runner.clone()),
+            from,
+            to,
+        });
+        self.deaths.push(Fault { runner, at: from });
+        self.disturb(from - 1_000, to + 2_000);
+    }
+
+    /// `SIGTERM` runner `i` and waits for it to exit (hand-over).
+    pub async fn terminate(&mut self, i: usize) {
+        let at = now_ms();
+        self.runners[i].signal(libc::SIGTERM);
+        let mut child = self.runners[i].child.take().expect("a running runner");
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    assert!(status.success(), "runner exit after SIGTERM: {status}");
+                    break;
+                }
+                Ok(None) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => panic!("runner did not exit within 20 s of SIGTERM: {other:?}"),
+            }
+        }
+        self.hand_overs.push(Fault {
+            runner: self.id(i),
+            at,
+        });
+        self.disturb(at - 1_000, now_ms() + 2_000);
+    }
+
+    /// Cuts runner `i` off the store (its proxy refuses and cuts every connection), for
+    /// `for_ms`, then lets it through again.
+    pub async fn partition(&mut self, i: usize, for_ms: u64) {
+        let proxy = self.runners[i].proxy.as_ref().expect("a proxied runner");
+        let from = now_ms();
+        proxy.set(Mode::Partition);
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        proxy.set(Mode::Pass);
+        let to = now_ms();
+        self.deaths.push(Fault {
+            runner: self.id(i),
+            at: from,
+        });
+        self.disturb(from - 1_000, to + 2_000);
+    }
+
+    /// Delays every chunk between runner `i` and the store by `delay`, each way.
+    pub fn delay(&mut self, i: usize, delay: Duration) {
+        let proxy = self.runners[i].proxy.as_ref().expect("a proxied runner");
+        proxy.set_delay(delay);
+    }
+
+    /// Stops the store: Redis and Valkey are killed (`kill -9`; their append-only file keeps
+    /// the data), PostgreSQL (the machine's server, which the tests cannot restart) is cut off
+    /// from every runner by their proxies, and a SQLite file is locked by another connection.
+    pub fn stop_store(&mut self) {
+        let at = now_ms();
+        match &mut self.store {
+            Store::Sqlite { path, lock } => {
+                let (locked_tx, locked_rx) = mpsc::channel();
+                let (release_tx, release_rx) = mpsc::channel::<()>();
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let conn = rusqlite::Connection::open(&path).expect("open the file");
+                    conn.busy_timeout(Duration::from_secs(10))
+                        .expect("busy timeout");
+                    conn.execute_batch("BEGIN EXCLUSIVE")
+                        .expect("lock the file");
+                    locked_tx.send(()).expect("report the lock");
+                    let _ = release_rx.recv();
+                    let _ = conn.execute_batch("ROLLBACK");
+                });
+                locked_rx.recv().expect("the file is locked");
+                *lock = Some(release_tx);
+            }
+            Store::RedisLike { server, .. } => {
+                drop(server.take());
+            }
+            Store::Postgres => {
+                for r in &self.runners {
+                    if let Some(p) = &r.proxy {
+                        p.set(Mode::Partition);
+                    }
+                }
+            }
+        }
+        self.store_down_since = Some(at);
+        for r in self.runners.iter().filter(|r| r.child.is_some()) {
+            self.deaths.push(Fault {
+                runner: r.id.clone(),
+                at,
+            });
+        }
+    }
+
+    /// Starts the store again (same port, same data).
+    pub fn start_store(&mut self) {
+        match &mut self.store {
+            Store::Sqlite { lock, .. } => {
+                if let Some(release) = lock.take() {
+                    let _ = release.send(());
+                }
+            }
+            Store::RedisLike {
+                binary,
+                port,
+                dir,
+                server,
+            } => {
+                *server = Some(servers::start_redis_like_in(
+                    binary,
+                    *port,
+                    dir.path(),
+                    &REDIS_PERSISTENCE,
+                ));
+            }
+            Store::Postgres => {
+                for r in &self.runners {
+                    if let Some(p) = &r.proxy {
+                        p.set(Mode::Pass);
+                    }
+                }
+            }
+        }
+        if let Some(from) = self.store_down_since.take() {
+            let to = now_ms();
+            self.outages.push(Span {
+                runner: None,
+                from,
+                to,
+            });
+            self.disturb(from - 1_000, to + 3_000);
+        }
+    }
+
+    /// Records a span in which no runner could get a claim answered in time.
+    pub fn outage(&mut self, from: i64, to: i64) {
+        self.outages.push(Span {
+            runner: None,
+            from,
+            to,
+        });
+    }
+
+    /// Every event logged so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Ends the scenario: closes the window, kills every runner, and reads the store's history
+    /// and the side-effect files.
+    pub fn finish(mut self) -> Input {
+        let window_to = now_ms() - 1_500;
+        if self.store_down_since.is_some() {
+            self.start_store();
+        }
+        for r in &mut self.runners {
+            r.signal(libc::SIGKILL);
+            if let Some(mut child) = r.child.take() {
+                let _ = child.wait();
+            }
+        }
+        let url = self.store.url(self.backend, None);
+        let mut runs = Vec::new();
+        let mut effects = Vec::new();
+        for job in &self.jobs {
+            let name = &job.spec.name;
+            let out = baton(
+                &[
+                    "history",
+                    name,
+                    "--store",
+                    &url,
+                    "--namespace",
+                    &self.namespace,
+                    "--json",
+                    "--limit",
+                    "100000",
+                ],
+                &[],
+            );
+            if out.code == Some(0) {
+                runs.extend(checker::parse_history(&out.stdout).expect("history --json parses"));
+            } else {
+                // A job that never ran has no history: `baton history` says so.
+                assert!(
+                    out.stderr.contains("has no runs"),
+                    "baton history {name} failed: {}",
+                    out.stderr
+                );
+            }
+            let data = self.dir.path().join("jobs").join("data").join(name);
+            for entry in std::fs::read_dir(&data).into_iter().flatten().flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                effects.extend(text.lines().filter_map(|l| checker::parse_effect(name, l)));
+            }
+        }
+        Input {
+            jobs: self.jobs.iter().map(|j| j.spec.clone()).collect(),
+            runs,
+            effects,
+            events: self.events(),
+            window: (self.window_from, window_to),
+            skew: self.skew.clone(),
+            freezes: self.freezes.clone(),
+            outages: self.outages.clone(),
+            disturbed: self.disturbed.clone(),
+            stop_latency: STOP_LATENCY_MS,
+            on_time: ON_TIME_MS,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for r in &mut self.runners {
+            if let Some(mut child) = r.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

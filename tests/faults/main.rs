@@ -1,0 +1,100 @@
+//! Fault injection across real processes and stores: several `baton run` processes on one jobs
+//! directory and one store (SQLite, Redis, Valkey, PostgreSQL), hit by `kill -9`, `SIGSTOP`,
+//! `SIGTERM`, a store stopped and restarted, a partition, latency, claims held up past
+//! `max_late`, and clocks hours off; a checker holds the store's history and the side effects
+//! to the rules of `spec/leases.md`, and a report is printed at the end.
+//!
+//! `cargo test --test faults -- --nocapture` shows the report. `BATON_FAULTS_ONLY=redis` runs
+//! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and
+//! `BATON_FAULTS_DEBUG=1` prints the story of every run with a died attempt.
+
+mod checker;
+mod harness;
+mod report;
+mod scenarios;
+
+use std::time::Instant;
+
+use harness::Backend;
+use scenarios::Scenario;
+
+/// Runs every scenario of one backend, one after the other.
+fn backend_rows(backend: Backend) -> Vec<report::Row> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut rows = Vec::new();
+    let only = std::env::var("BATON_FAULTS_SCENARIO").ok();
+    let chosen = |s: &Scenario| only.as_deref().is_none_or(|o| s.name().contains(o));
+    for scenario in Scenario::ALL
+        .into_iter()
+        .filter(|s| s.applies(backend) && chosen(s))
+    {
+        let started = Instant::now();
+        let joined = rt.block_on(async { tokio::spawn(scenario.run(backend)).await });
+        let row = match joined {
+            Ok(outcome) => report::row(outcome),
+            Err(e) => {
+                let why = match e.try_into_panic() {
+                    Ok(p) => p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_else(|| "panicked".into()),
+                    Err(e) => e.to_string(),
+                };
+                report::failed(scenario, backend, why)
+            }
+        };
+        eprintln!(
+            "faults: {} on {} done in {:.1?} ({} violations)",
+            scenario.name(),
+            backend.name(),
+            started.elapsed(),
+            row.violations.len()
+        );
+        rows.push(row);
+    }
+    rows
+}
+
+/// The whole matrix, the backends side by side: every rule holds under every fault on every
+/// store, and the takeovers stay within their bound (with slack for a loaded machine).
+#[test]
+fn every_fault_on_every_store_keeps_every_rule_of_the_spec() {
+    let started = Instant::now();
+    // Build the binary once before the threads race for it.
+    baton_tests::baton_binary();
+    let only = std::env::var("BATON_FAULTS_ONLY").ok();
+    let handles: Vec<_> = Backend::ALL
+        .into_iter()
+        .filter(|b| only.as_deref().is_none_or(|o| o == b.name()))
+        .map(|b| std::thread::spawn(move || backend_rows(b)))
+        .collect();
+    let mut rows = Vec::new();
+    for h in handles {
+        rows.extend(h.join().expect("a backend's thread"));
+    }
+    rows.sort_by_key(|r| {
+        (
+            Scenario::ALL.iter().position(|s| *s == r.scenario),
+            Backend::ALL.iter().position(|b| *b == r.backend),
+        )
+    });
+    println!("{}", report::render(&rows, started.elapsed()));
+    let violations: usize = rows.iter().map(|r| r.violations.len()).sum();
+    assert_eq!(violations, 0, "violations: see the report above");
+    for r in &rows {
+        if let (Some(bound), Some(max)) = (r.bound, r.takeovers.last()) {
+            // Measured from the fault, not from the last heartbeat, on a loaded machine.
+            assert!(
+                *max <= 2 * bound + 1_000,
+                "{} on {}: takeover after {max} ms, bound {bound} ms",
+                r.scenario.name(),
+                r.backend.name()
+            );
+        }
+    }
+}

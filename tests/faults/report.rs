@@ -1,0 +1,159 @@
+//! The report printed at the end: per scenario and backend, the runs, takeovers, hand-overs,
+//! fenced attempts and violations, the takeover times against their bound, and the window in
+//! which a fenced attempt still wrote side effects.
+
+use std::fmt::Write;
+
+use crate::checker::{self, Figures, Violation};
+use crate::harness::{Backend, HEARTBEAT_MS, LEASE_MS, STOP_TIMEOUT_MS};
+use crate::scenarios::{Outcome, Scenario};
+
+/// One row of the report: a scenario on a backend, checked.
+pub struct Row {
+    /// Which scenario.
+    pub scenario: Scenario,
+    /// On which store.
+    pub backend: Backend,
+    /// What the checker counted.
+    pub figures: Figures,
+    /// Every rule it broke (must be empty), or why the scenario could not run.
+    pub violations: Vec<Violation>,
+    /// Fault to takeover, ms, sorted.
+    pub takeovers: Vec<i64>,
+    /// The bound the takeover times are held to, ms; `None` where the fault itself lasts longer
+    /// (a store outage).
+    pub bound: Option<i64>,
+    /// What only this scenario shows.
+    pub note: String,
+}
+
+/// Checks an outcome and makes its row.
+pub fn row(outcome: Outcome) -> Row {
+    let (mut violations, figures) = checker::check(&outcome.input);
+    if std::env::var_os("BATON_FAULTS_DEBUG").is_some() {
+        for r in &outcome.input.runs {
+            if r.attempts
+                .iter()
+                .any(|a| a.outcome.as_deref() == Some("died"))
+            {
+                eprintln!(
+                    "died: {} {}",
+                    outcome.scenario.name(),
+                    checker::story(&outcome.input, &r.job, r.slot)
+                );
+            }
+        }
+    }
+    violations.extend(outcome.extra);
+    let faults = |f: &[crate::harness::Fault]| -> Vec<(String, i64)> {
+        f.iter().map(|f| (f.runner.clone(), f.at)).collect()
+    };
+    let mut takeovers = checker::takeover_times(&outcome.input.runs, &faults(&outcome.deaths));
+    let handed = checker::takeover_times(&outcome.input.runs, &faults(&outcome.hand_overs));
+    let bound = match outcome.scenario {
+        Scenario::StoreRestart => None,
+        _ if !outcome.hand_overs.is_empty() => Some(STOP_TIMEOUT_MS + 2 * HEARTBEAT_MS),
+        _ => Some(LEASE_MS + 2 * HEARTBEAT_MS),
+    };
+    takeovers.extend(handed);
+    takeovers.sort_unstable();
+    Row {
+        scenario: outcome.scenario,
+        backend: outcome.backend,
+        figures,
+        violations,
+        takeovers,
+        bound,
+        note: outcome.note,
+    }
+}
+
+/// A row for a scenario that could not finish (a wait that timed out, a process that failed).
+pub fn failed(scenario: Scenario, backend: Backend, why: String) -> Row {
+    Row {
+        scenario,
+        backend,
+        figures: Figures::default(),
+        violations: vec![Violation {
+            rule: "scenario ran to its end",
+            detail: why,
+        }],
+        takeovers: Vec::new(),
+        bound: None,
+        note: String::new(),
+    }
+}
+
+fn takeover_cell(row: &Row) -> String {
+    let t = &row.takeovers;
+    if t.is_empty() {
+        return "-".into();
+    }
+    let median = t[t.len() / 2];
+    let bound = row
+        .bound
+        .map_or("outage+lease".to_owned(), |b| b.to_string());
+    format!("{}/{}/{} (≤{bound})", t[0], median, t[t.len() - 1])
+}
+
+fn ms_cell(v: Option<i64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:+}"))
+}
+
+/// The whole report, as printed.
+pub fn render(rows: &[Row], took: std::time::Duration) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nFault matrix: lease {LEASE_MS} ms, heartbeat {HEARTBEAT_MS} ms, stop timeout {STOP_TIMEOUT_MS} ms; times in ms (store clock)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>12} {:>10}  note",
+        "scenario",
+        "backend",
+        "runs",
+        "takeovers",
+        "hand-overs",
+        "fenced",
+        "violations",
+        "takeover min/median/max",
+        "zombie>lease",
+        "zombie>wake"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>12} {:>10}  {}",
+            r.scenario.name(),
+            r.backend.name(),
+            r.figures.runs,
+            r.figures.takeovers,
+            r.figures.hand_overs,
+            r.figures.fenced,
+            r.violations.len(),
+            takeover_cell(r),
+            ms_cell(r.figures.zombie_after_lease_end),
+            ms_cell(r.figures.zombie_after_wake),
+            r.note
+        );
+    }
+    for r in rows {
+        for v in &r.violations {
+            let _ = writeln!(
+                out,
+                "VIOLATION {} on {}: {}: {}",
+                r.scenario.name(),
+                r.backend.name(),
+                v.rule,
+                v.detail
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "zombie>lease: the last side effect of a fenced attempt after its lease end (negative: it stopped before); zombie>wake: the same after its frozen host could run again"
+    );
+    let _ = writeln!(out, "matrix took {:.0?}", took);
+    out
+}

@@ -1,0 +1,351 @@
+//! The scenarios: one fault each, on a cluster of real `baton run` processes, with the
+//! well-behaved jobs (and, where the fault allows, the misbehaving guests) running throughout.
+
+use std::time::Duration;
+
+use crate::checker::{Input, Violation};
+use crate::harness::{
+    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, RunnerOptions,
+};
+
+/// A fault scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// `kill -9` of the runner mid-attempt, twice; a fresh runner joins after each.
+    Kill,
+    /// `SIGSTOP` of the runner mid-attempt for 2.5 s (longer than the lease), then `SIGCONT`.
+    Freeze,
+    /// `SIGTERM` of the runner mid-attempt: hand-over.
+    Terminate,
+    /// The store stopped for 2.5 s mid-attempt and started again.
+    StoreRestart,
+    /// The runner mid-attempt cut off the store for 2.5 s.
+    Partition,
+    /// 100 ms added each way between one runner and the store.
+    Latency,
+    /// One runner alone, its claims held up past `max_late` + 10 s.
+    LateClaim,
+    /// Two of three runners with clocks 3 hours off (behind and ahead), and a `kill -9`.
+    ClockSkew,
+}
+
+/// What a scenario leaves for the checker and the report.
+pub struct Outcome {
+    /// Which scenario.
+    pub scenario: Scenario,
+    /// On which store.
+    pub backend: Backend,
+    /// What the checker reads.
+    pub input: Input,
+    /// Faults a backup recovers from within lease + 2 × heartbeat.
+    pub deaths: Vec<Fault>,
+    /// Faults a backup recovers from within the stop timeout + 2 × heartbeat.
+    pub hand_overs: Vec<Fault>,
+    /// Violations of what only this scenario must prove.
+    pub extra: Vec<Violation>,
+    /// A line of what only this scenario shows.
+    pub note: String,
+}
+
+const FOR_LONGER_THAN_THE_LEASE_MS: u64 = 2_500;
+/// How far into an attempt of `effects` (1.2 s long) a fault hits it.
+const MID_ATTEMPT: Duration = Duration::from_millis(300);
+/// `max_late = "0s"` plus the store's 10 s tolerance.
+const LATE_LIMIT_MS: i64 = 10_000;
+const WAIT: Duration = Duration::from_secs(20);
+
+impl Scenario {
+    /// Every scenario, in report order.
+    pub const ALL: [Scenario; 8] = [
+        Scenario::Kill,
+        Scenario::Freeze,
+        Scenario::Terminate,
+        Scenario::StoreRestart,
+        Scenario::Partition,
+        Scenario::Latency,
+        Scenario::LateClaim,
+        Scenario::ClockSkew,
+    ];
+
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Kill => "kill -9",
+            Scenario::Freeze => "SIGSTOP 2.5s",
+            Scenario::Terminate => "SIGTERM",
+            Scenario::StoreRestart => "store restart",
+            Scenario::Partition => "partition",
+            Scenario::Latency => "latency 100ms",
+            Scenario::LateClaim => "late claim",
+            Scenario::ClockSkew => "clock ±3h",
+        }
+    }
+
+    /// Whether it applies to `backend`. A SQLite store has no network to cut, delay or hold up
+    /// (its claim is a transaction in the runner's own process), and its clock is the clock of
+    /// the process that opens the file: a `faketime` runner would not be a runner with a wrong
+    /// clock but a store with one.
+    pub fn applies(self, backend: Backend) -> bool {
+        match self {
+            Scenario::Kill | Scenario::Freeze | Scenario::Terminate | Scenario::StoreRestart => {
+                true
+            }
+            Scenario::Partition | Scenario::Latency | Scenario::LateClaim | Scenario::ClockSkew => {
+                backend.is_network()
+            }
+        }
+    }
+
+    /// Runs it on `backend`.
+    pub async fn run(self, backend: Backend) -> Outcome {
+        let mut note = String::new();
+        let mut extra = Vec::new();
+        let with_neighbours = || {
+            let mut jobs = well_behaved();
+            jobs.extend(misbehaving());
+            jobs
+        };
+        let mut c = match self {
+            Scenario::LateClaim => Cluster::new(
+                backend,
+                vec![effects_job("late", 1, 1, 1, "max_late = \"0s\"", false)],
+            ),
+            Scenario::Latency | Scenario::ClockSkew => Cluster::new(backend, well_behaved()),
+            _ => Cluster::new(backend, with_neighbours()),
+        };
+        match self {
+            Scenario::Kill => {
+                c.start(3).await;
+                for n in 4..=5 {
+                    let (i, _) = c.next_attempt("effects").await;
+                    tokio::time::sleep(MID_ATTEMPT).await;
+                    let at = now_ms();
+                    c.kill(i);
+                    recovered(&c, at).await;
+                    c.start_runner(&format!("r{n}"), RunnerOptions::default())
+                        .await;
+                }
+                next_success(&c).await;
+            }
+            Scenario::Freeze => {
+                c.start(3).await;
+                let (i, _) = c.next_attempt("effects").await;
+                tokio::time::sleep(MID_ATTEMPT).await;
+                let at = now_ms();
+                c.freeze(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
+                let id = c.id(i);
+                let lost = c
+                    .wait_event(WAIT, "lost on the woken runner", |e| {
+                        e.runner == id && e.kind == "lost" && e.at >= at
+                    })
+                    .await;
+                note = format!("woken runner: lost ({})", lost.reason);
+                recovered(&c, at).await;
+                next_success(&c).await;
+            }
+            Scenario::Terminate => {
+                c.start(3).await;
+                let (i, _) = c.next_attempt("effects").await;
+                tokio::time::sleep(MID_ATTEMPT).await;
+                let at = now_ms();
+                c.terminate(i).await;
+                let id = c.id(i);
+                let released = c
+                    .wait_event(WAIT, "released on SIGTERM", |e| {
+                        e.runner == id && e.kind == "released"
+                    })
+                    .await;
+                note = format!("terminated runner: released ({})", released.reason);
+                recovered(&c, at).await;
+                c.start_runner("r4", RunnerOptions::default()).await;
+                next_success(&c).await;
+            }
+            Scenario::StoreRestart => {
+                c.start(3).await;
+                let _ = c.next_attempt("effects").await;
+                tokio::time::sleep(MID_ATTEMPT).await;
+                c.stop_store();
+                tokio::time::sleep(Duration::from_millis(FOR_LONGER_THAN_THE_LEASE_MS)).await;
+                c.start_store();
+                next_success(&c).await;
+                next_success(&c).await;
+                note = match backend {
+                    Backend::Sqlite => "file locked by another connection",
+                    Backend::Postgres => "machine's server: every runner partitioned",
+                    _ => "server killed, restarted on its port with its AOF",
+                }
+                .into();
+            }
+            Scenario::Partition => {
+                c.start(3).await;
+                let (i, _) = c.next_attempt("effects").await;
+                tokio::time::sleep(MID_ATTEMPT).await;
+                let at = now_ms();
+                c.partition(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
+                let id = c.id(i);
+                let lost = c
+                    .wait_event(WAIT, "lost on the partitioned runner", |e| {
+                        e.runner == id && e.kind == "lost" && e.at >= at
+                    })
+                    .await;
+                note = format!("partitioned runner: lost ({})", lost.reason);
+                next_success(&c).await;
+            }
+            Scenario::Latency => {
+                c.start(3).await;
+                let from = now_ms();
+                c.delay(0, Duration::from_millis(100));
+                for _ in 0..2 {
+                    next_success(&c).await;
+                }
+                c.delay(0, Duration::ZERO);
+                // A run the delayed runner holds may be fenced: its heartbeats take several
+                // round trips (on PostgreSQL a pool ping and the statement) against a 1 s lease.
+                c.disturb(from, now_ms() + 2_000);
+                let wins = c
+                    .events()
+                    .iter()
+                    .filter(|e| e.runner == "r1" && e.kind == "won" && e.at >= from)
+                    .count();
+                note = format!("delayed runner won {wins} claims meanwhile");
+                next_success(&c).await;
+            }
+            Scenario::LateClaim => late_claim(&mut c, &mut note).await,
+            Scenario::ClockSkew => {
+                c.start_runner("r1", RunnerOptions::default()).await;
+                c.start_runner(
+                    "behind",
+                    RunnerOptions {
+                        faketime: Some(("-3h", -3 * 3_600_000)),
+                    },
+                )
+                .await;
+                c.start_runner(
+                    "ahead",
+                    RunnerOptions {
+                        faketime: Some(("+3h", 3 * 3_600_000)),
+                    },
+                )
+                .await;
+                c.open_window();
+                for _ in 0..2 {
+                    let (i, _) = c.next_attempt("effects").await;
+                    tokio::time::sleep(MID_ATTEMPT).await;
+                    let at = now_ms();
+                    let id = c.id(i);
+                    c.kill(i);
+                    recovered(&c, at).await;
+                    c.start_runner(&format!("{id}-again"), skewed_like(&id))
+                        .await;
+                }
+                next_success(&c).await;
+                let events = c.events();
+                let wins = |who: &str| {
+                    events
+                        .iter()
+                        .filter(|e| e.runner.starts_with(who) && e.kind == "won")
+                        .count()
+                };
+                note = format!(
+                    "wins: r1 {}, behind {}, ahead {}",
+                    wins("r1"),
+                    wins("behind"),
+                    wins("ahead")
+                );
+            }
+        }
+        let deaths = c.deaths.clone();
+        let hand_overs = c.hand_overs.clone();
+        let input = c.finish();
+        if self == Scenario::LateClaim {
+            extra.extend(nothing_ran_late(&input, "late", LATE_LIMIT_MS));
+        }
+        Outcome {
+            scenario: self,
+            backend,
+            input,
+            deaths,
+            hand_overs,
+            extra,
+            note,
+        }
+    }
+}
+
+/// Options for a runner that replaces `id`: the same clock.
+fn skewed_like(id: &str) -> RunnerOptions {
+    let faketime = if id.starts_with("behind") {
+        Some(("-3h", -3 * 3_600_000))
+    } else if id.starts_with("ahead") {
+        Some(("+3h", 3 * 3_600_000))
+    } else {
+        None
+    };
+    RunnerOptions { faketime }
+}
+
+/// Waits until the run hit at `at` was taken over or interrupted (or a newer one won).
+async fn recovered(c: &Cluster, at: i64) {
+    c.wait_event(WAIT, "a takeover, an interruption or a newer win", |e| {
+        e.job.as_deref() == Some("effects")
+            && e.at >= at
+            && matches!(e.kind.as_str(), "takeover" | "interrupted" | "won")
+    })
+    .await;
+}
+
+/// Waits for the next success of `effects` on any runner.
+async fn next_success(c: &Cluster) {
+    let after = now_ms();
+    c.wait_event(WAIT, "a success of effects", |e| {
+        e.kind == "success" && e.job.as_deref() == Some("effects") && e.at >= after
+    })
+    .await;
+}
+
+/// One runner; once it has run the job, its link to the store is delayed 10.5 s each way, so
+/// every claim reaches the store after `max_late` (0 s) + 10 s. The store must answer late, and
+/// no slot may run that late.
+async fn late_claim(c: &mut Cluster, note: &mut String) {
+    c.start_runner("r1", RunnerOptions::default()).await;
+    c.open_window();
+    let after = now_ms();
+    c.wait_event(WAIT, "a success of late", |e| {
+        e.kind == "success" && e.at >= after
+    })
+    .await;
+    let from = now_ms();
+    c.delay(0, Duration::from_millis(10_500));
+    // Long enough for the first held-up claim to reach the store. A client that waits hears
+    // `late`; one that gives up first (the Redis client's 5 s response timeout, PostgreSQL's
+    // 5 s pool acquire with its ping) logs `claim failed`, and what it sent still reaches the
+    // store late. Either way no slot may run late: the store's history shows it.
+    tokio::time::sleep(Duration::from_millis(12_000)).await;
+    c.delay(0, Duration::ZERO);
+    let to = now_ms();
+    c.outage(from, to);
+    let events = c.events();
+    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    *note = format!(
+        "late answers heard: {}, claims failed (client timeout): {}",
+        count("late"),
+        count("claim failed")
+    );
+    // The claims still queued in the proxy reach the store late too; let them land.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+}
+
+/// No run of `job` started later than `limit` ms after its slot.
+pub fn nothing_ran_late(input: &Input, job: &str, limit: i64) -> Vec<Violation> {
+    input
+        .runs
+        .iter()
+        .filter(|r| r.job == job)
+        .filter_map(|r| r.attempts.first().map(|a| (r.slot, a.started_at - r.slot)))
+        .filter(|(_, late)| *late > limit)
+        .map(|(slot, late)| Violation {
+            rule: "no late claim wins",
+            detail: format!("{job} slot {slot} started {late} ms after its slot"),
+        })
+        .collect()
+}
