@@ -6,6 +6,7 @@
 //! shares the file shares it. Calls run on tokio's blocking threads, never on the async workers.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -40,6 +41,12 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (namespace, job, slot)
     );
     CREATE INDEX baton_runs_by_status ON baton_runs (namespace, job, status, slot);",
+    // 2: the scratch table of `baton bench`'s raw primitive (see `Store::raw_primitive`).
+    "CREATE TABLE baton_bench_scratch (
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        PRIMARY KEY (namespace, key)
+    );",
 ];
 
 /// The newest schema version this build knows.
@@ -50,6 +57,8 @@ pub struct SqliteStore {
     path: Arc<str>,
     namespace: Arc<str>,
     conn: Arc<Mutex<Connection>>,
+    /// Calls onto the file: see [`Store::round_trips`].
+    round_trips: AtomicU64,
 }
 
 impl SqliteStore {
@@ -71,6 +80,7 @@ impl SqliteStore {
             path,
             namespace: namespace.into(),
             conn: Arc::new(Mutex::new(conn)),
+            round_trips: AtomicU64::new(0),
         })
     }
 
@@ -83,6 +93,7 @@ impl SqliteStore {
         let conn = self.conn.clone();
         let namespace = self.namespace.clone();
         let path = self.path.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
             let mut guard = lock(&conn);
             f(&mut guard, &namespace).map_err(|e| map_error(&path, e))
@@ -488,5 +499,51 @@ impl Store for SqliteStore {
             rows.collect()
         })
         .await
+    }
+
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "DELETE FROM baton_runs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.execute(
+                "DELETE FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
+        let key = key.to_owned();
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "INSERT INTO baton_bench_scratch (namespace, key) VALUES (?1, ?2)
+                 ON CONFLICT DO NOTHING",
+            )?;
+            Ok(stmt.execute(params![ns, key])? == 1)
+        })
+        .await
+    }
+
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
+        let prefix = prefix.to_owned();
+        self.with_conn(move |conn, ns| {
+            conn.execute(
+                "DELETE FROM baton_bench_scratch
+                 WHERE namespace = ?1 AND substr(key, 1, length(?2)) = ?2",
+                params![ns, prefix],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 }

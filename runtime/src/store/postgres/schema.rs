@@ -8,10 +8,16 @@ use crate::store::StoreError;
 
 /// The schema, one script per version; version N is reached by running scripts 1..=N. `@schema@`
 /// in a script stands for the store's schema, quoted.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "runs, per-job fences and the functions of the store operations",
-    include_str!("migrations/0001_runs_and_claims.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "runs, per-job fences and the functions of the store operations",
+        include_str!("migrations/0001_runs_and_claims.sql"),
+    ),
+    (
+        "the scratch table of baton bench",
+        include_str!("migrations/0002_bench_scratch.sql"),
+    ),
+];
 
 /// The newest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
