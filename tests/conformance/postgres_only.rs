@@ -9,10 +9,10 @@ use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, 
 use baton::store::postgres::{CONNECT_TIMEOUT, SCHEMA_VERSION};
 use baton::store::{self, Store, StoreError};
 use baton_tests::backends::{self, postgres_url};
+use baton_tests::proxy::{Mode, Proxy};
 use baton_tests::servers::free_port;
 use baton_tests::store_now;
 use sqlx::{Connection, PgConnection};
-use baton_tests::proxy::{Mode, Proxy};
 use tokio::net::TcpListener;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;

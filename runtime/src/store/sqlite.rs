@@ -233,31 +233,30 @@ fn encode(run: &Run) -> Result<String, rusqlite::Error> {
 }
 
 fn load(conn: &Connection, ns: &str, job: &str, slot: i64) -> Result<Option<Run>, rusqlite::Error> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT record FROM baton_runs WHERE namespace = ?1 AND job = ?2 AND slot = ?3",
-        params![ns, job, slot],
-        |r| r.get::<_, String>(0),
-    )
+    )?
+    .query_row(params![ns, job, slot], |r| r.get::<_, String>(0))
     .optional()?
     .map(decode)
     .transpose()
 }
 
 fn save(conn: &Connection, ns: &str, run: &Run) -> Result<(), rusqlite::Error> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO baton_runs (namespace, job, slot, status, lease_end, record)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (namespace, job, slot) DO UPDATE
          SET status = excluded.status, lease_end = excluded.lease_end, record = excluded.record",
-        params![
-            ns,
-            run.job,
-            run.slot,
-            run.status.as_str(),
-            run.lease_end,
-            encode(run)?
-        ],
-    )?;
+    )?
+    .execute(params![
+        ns,
+        run.job,
+        run.slot,
+        run.status.as_str(),
+        run.lease_end,
+        encode(run)?
+    ])?;
     Ok(())
 }
 
@@ -316,11 +315,9 @@ fn claim_blocking(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = clock_ms();
     let this = load(&tx, ns, &c.job, c.slot)?;
-    let newest_slot: Option<i64> = tx.query_row(
-        "SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2",
-        params![ns, c.job],
-        |r| r.get(0),
-    )?;
+    let newest_slot: Option<i64> = tx
+        .prepare_cached("SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))?;
     // Other running runs matter only to a claim that would create a run (step 2).
     let running = if this.is_none() {
         query_runs(
@@ -333,11 +330,8 @@ fn claim_blocking(
         Vec::new()
     };
     let fence: i64 = tx
-        .query_row(
-            "SELECT fence FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
-            params![ns, c.job],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT fence FROM baton_jobs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
     let view = model::ClaimView {
@@ -352,23 +346,27 @@ fn claim_blocking(
         save(&tx, ns, run)?;
     }
     if matches!(effects.outcome, ClaimOutcome::Won(_)) {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO baton_jobs (namespace, job, fence) VALUES (?1, ?2, ?3)
              ON CONFLICT (namespace, job) DO UPDATE SET fence = excluded.fence",
-            params![ns, c.job, i64::try_from(effects.fence).unwrap_or(i64::MAX)],
-        )?;
+        )?
+        .execute(params![
+            ns,
+            c.job,
+            i64::try_from(effects.fence).unwrap_or(i64::MAX)
+        ])?;
     }
     if effects.created {
         let keep_after = now - crate::lease::millis(c.options.retention());
-        tx.execute(
+        tx.prepare_cached(
             "DELETE FROM baton_runs
              WHERE namespace = ?1 AND job = ?2 AND status <> 'running' AND slot < ?3
                AND slot NOT IN (
                  SELECT slot FROM baton_runs
                  WHERE namespace = ?1 AND job = ?2 AND status <> 'running'
                  ORDER BY slot DESC LIMIT ?4)",
-            params![ns, c.job, keep_after, c.options.history_size],
-        )?;
+        )?
+        .execute(params![ns, c.job, keep_after, c.options.history_size])?;
     }
     tx.commit()?;
     Ok(effects.outcome)
