@@ -28,7 +28,8 @@ pub struct Settings {
     /// How many operations of each kind to measure at each number of clients, over all
     /// rounds and clients (at least one per client and round). Defaults to 3000.
     pub samples: usize,
-    /// How many measured rounds the phases alternate in. Defaults to 3.
+    /// How many measured rounds the phases alternate in: more, shorter phases keep the
+    /// ratios steadier when the load changes. Defaults to 10.
     pub rounds: usize,
 }
 
@@ -37,7 +38,7 @@ impl Default for Settings {
         Settings {
             clients: vec![1, 8, 64],
             samples: 3000,
-            rounds: 3,
+            rounds: 10,
         }
     }
 }

@@ -54,7 +54,7 @@ struct FullArgs {
     #[arg(long, default_value_t = 3000)]
     samples: usize,
     /// Measured rounds the operation kinds alternate in.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 10)]
     rounds: usize,
     /// Runs counted for the round trips per run.
     #[arg(long, default_value_t = 5)]
