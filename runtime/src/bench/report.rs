@@ -74,7 +74,7 @@ pub async fn run(settings: &Settings) -> Result<Report, BenchError> {
         namespace: namespace.clone(),
         runner: "bench".into(),
     };
-    let round_trips = round_trips::measure(config.clone(), &settings.round_trips).await?;
+    let round_trips = round_trips::measure(config.clone(), &*store, &settings.round_trips).await?;
     let failover = failover::measure(&config, &*store, &settings.failover).await?;
     let wasm = match &settings.components {
         None => {
