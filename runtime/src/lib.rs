@@ -4,6 +4,7 @@
 //! hosts race an atomic claim in one shared [`store`], the winner runs the job under a lease
 //! ([`lease`]), and the others stand by as backups. The protocol is `spec/leases.md`.
 
+pub mod bench;
 pub mod http;
 pub mod instance;
 pub mod jobs;

@@ -1112,3 +1112,93 @@ pub async fn four_processes_racing_on_200_slots_get_one_winner_each(f: &Fixture)
         assert_eq!(&run.runner, &who[0], "the store agrees who won slot {slot}");
     }
 }
+
+// The operations `baton bench` adds to the contract.
+
+/// Once a job's first run has warmed the client up (a script loaded, a statement prepared, the
+/// job's name registered), a run costs exactly one round trip per claim, per heartbeat and per
+/// finish: 2 + heartbeats.
+pub async fn a_run_costs_one_round_trip_per_claim_heartbeat_and_finish(f: &Fixture) {
+    let store = &*f.store;
+    let job = unique("rt");
+    let options = LeaseOptions::with_lease(Duration::from_secs(30));
+    let now = store_now(store).await;
+    let run = |slot: i64, heartbeats: usize| {
+        let job = job.clone();
+        async move {
+            let (outcome, token) =
+                claim_as(store, &job, slot, ClaimKind::Scheduled, "a", &options).await;
+            won(outcome);
+            for _ in 0..heartbeats {
+                let renewed = store
+                    .heartbeat(&job, slot, token, options.lease)
+                    .await
+                    .expect("heartbeat");
+                assert!(matches!(renewed, HeartbeatOutcome::Renewed { .. }));
+            }
+            let finished = store
+                .finish(&job, slot, token, Finish::Success)
+                .await
+                .expect("finish");
+            assert_eq!(finished, TokenOutcome::Accepted);
+        }
+    };
+    run(now, 1).await;
+    for (i, heartbeats) in [0usize, 1, 3].into_iter().enumerate() {
+        let before = store.round_trips();
+        run(now + 1 + i as i64, heartbeats).await;
+        let sent = store.round_trips() - before;
+        assert_eq!(
+            sent,
+            2 + heartbeats as u64,
+            "a run with {heartbeats} heartbeats sent {sent} requests"
+        );
+    }
+}
+
+/// The raw primitive writes a new key and refuses an existing one; clearing by prefix removes
+/// what it wrote (a cluster leaves its keys to expire).
+pub async fn raw_primitive_writes_a_new_key_once(f: &Fixture) {
+    let store = &*f.store;
+    let prefix = unique("raw");
+    let key = format!("{prefix}-1");
+    let before = store.round_trips();
+    assert!(store.raw_primitive(&key).await.expect("raw primitive"));
+    assert_eq!(store.round_trips() - before, 1, "one request");
+    assert!(!store.raw_primitive(&key).await.expect("raw primitive"));
+    let other = format!("{}-1", unique("raw"));
+    assert!(store.raw_primitive(&other).await.expect("raw primitive"));
+    store
+        .clear_raw_primitive(&prefix)
+        .await
+        .expect("clear the raw keys");
+    if !f.url.contains("+cluster") {
+        assert!(
+            store.raw_primitive(&key).await.expect("raw primitive"),
+            "the cleared key is new again"
+        );
+        assert!(
+            !store.raw_primitive(&other).await.expect("raw primitive"),
+            "a key of another prefix stays"
+        );
+    }
+}
+
+/// Forgetting a job deletes its runs, its fence and its name; its next claim starts afresh.
+pub async fn forget_job_deletes_its_runs_and_name(f: &Fixture) {
+    let store = &*f.store;
+    let job = unique("forget");
+    let slot = store_now(store).await;
+    let (outcome, token) = claim_as(store, &job, slot, ClaimKind::Scheduled, "a", &opts()).await;
+    won(outcome);
+    store
+        .finish(&job, slot, token, Finish::Success)
+        .await
+        .expect("finish");
+    assert!(store.jobs().await.expect("jobs").contains(&job));
+    store.forget_job(&job).await.expect("forget");
+    assert!(store.get(&job, slot).await.expect("get").is_none());
+    assert!(!store.jobs().await.expect("jobs").contains(&job));
+    let again = won(claim(store, &job, slot, "b").await);
+    assert_eq!((again.attempt, again.fence), (1, 1));
+}

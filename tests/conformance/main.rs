@@ -52,6 +52,9 @@ macro_rules! conformance_suite {
             history_never_loses_a_run_a_late_claim_could_ask_about,
             sixteen_concurrent_claimers_get_exactly_one_winner_500_times,
             four_processes_racing_on_200_slots_get_one_winner_each,
+            a_run_costs_one_round_trip_per_claim_heartbeat_and_finish,
+            raw_primitive_writes_a_new_key_once,
+            forget_job_deletes_its_runs_and_name,
         );)*
     };
     (@backend $backend:ident, $fixture:path, $($case:ident),* $(,)?) => {

@@ -280,7 +280,15 @@ async fn schema_parameter_puts_the_tables_and_functions_in_that_schema() {
     .fetch_all(&mut conn)
     .await
     .expect("list tables");
-    assert_eq!(tables, ["baton_jobs", "baton_migrations", "baton_runs"]);
+    assert_eq!(
+        tables,
+        [
+            "baton_bench_scratch",
+            "baton_jobs",
+            "baton_migrations",
+            "baton_runs"
+        ]
+    );
     let functions: Vec<String> = sqlx::query_scalar(
         "SELECT routine_name::text FROM information_schema.routines
          WHERE routine_schema = $1 AND routine_name IN

@@ -7,6 +7,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod bench;
 mod check;
 mod config;
 mod next;
@@ -58,6 +59,10 @@ enum Command {
     History(runs::HistoryArgs),
     /// Show the latest run of every job in the store, or the runs running now.
     Runs(runs::RunsArgs),
+    /// Measure this store: claim, heartbeat and finish against the store's raw primitive at 1,
+    /// 8 and 64 clients, round trips per run, the Wasm per-run overhead against a native
+    /// process, the zombie stop, takeover and hand-over; `baton bench scale` for several hosts.
+    Bench(bench::BenchArgs),
 }
 
 /// Parses the command line, sets up logging and runs the command.
@@ -91,14 +96,25 @@ pub async fn main() -> anyhow::Result<()> {
             plain();
             runs::runs(args).await
         }
+        Command::Bench(args) => {
+            // Warnings only: an event line per run would be part of the load measured, and
+            // the zombie stops are interruptions on purpose.
+            init_logging_with(log_format.unwrap_or_default(), "warn,baton::wasm=error");
+            bench::bench(args).await
+        }
     }
 }
 
 /// One structured line per event on stderr; `RUST_LOG` filters (defaults to `info`, with the
 /// compiler's own chatter at `warn`).
 fn init_logging(format: LogFormat) {
+    init_logging_with(format, "info");
+}
+
+/// [`init_logging`], with `level` as the default instead of `info`.
+fn init_logging_with(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,wasmtime=warn,cranelift=warn")
+        tracing_subscriber::EnvFilter::new(format!("{level},wasmtime=warn,cranelift=warn"))
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

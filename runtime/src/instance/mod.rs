@@ -242,6 +242,20 @@ impl Instance {
     /// Opens the store and starts one loop per job: catch-up first, then a claim at every slot.
     /// Call it from within a tokio runtime: handlers run there.
     pub async fn start(config: InstanceConfig, jobs: Vec<Job>) -> Result<Instance, InstanceError> {
+        Instance::start_with(config, jobs, |store| store).await
+    }
+
+    /// [`Instance::start`], with the store the instance opens passed through `layer` first: a
+    /// library user (or `baton bench`) can wrap it to count or observe every operation the
+    /// instance sends. The store is opened on the lease engine's runtime, as with `start`.
+    pub async fn start_with<L>(
+        config: InstanceConfig,
+        jobs: Vec<Job>,
+        layer: L,
+    ) -> Result<Instance, InstanceError>
+    where
+        L: FnOnce(Arc<dyn Store>) -> Arc<dyn Store> + Send + 'static,
+    {
         let mut names = HashSet::new();
         for job in &jobs {
             job.options
@@ -264,7 +278,7 @@ impl Instance {
         let namespace = config.namespace.clone();
         let opened = engine
             .spawn(async move {
-                let store = store::open(&url, &namespace).await?;
+                let store = layer(store::open(&url, &namespace).await?);
                 let clock = StoreClock {
                     offset_ms: AtomicI64::new(0),
                 };

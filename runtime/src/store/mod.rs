@@ -170,6 +170,34 @@ pub trait Store: Send + Sync + 'static {
 
     /// The names of the jobs that have runs in this namespace, sorted.
     async fn jobs(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes every record of a job in this namespace: its runs, its fence counter and its
+    /// name. An instance never calls it; `baton bench` does, to leave no runs of its own behind.
+    /// Deleting a job whose runs a live instance still claims breaks the spec's rules for that
+    /// job (a late claim would find no state), so only forget jobs that nobody runs.
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError>;
+
+    /// The backend's cheapest atomic conditional write, sent as one request on the store's own
+    /// connections (pool): the floor a claim is measured against by `baton bench`. It writes
+    /// `key` in this namespace if it is absent and answers whether it did:
+    ///
+    /// - Redis and Valkey: `SET key 1 NX PX 600000` (the key expires after 10 minutes);
+    /// - PostgreSQL and SQLite: `INSERT INTO baton_bench_scratch … ON CONFLICT DO NOTHING`, one
+    ///   autocommitted statement into a scratch table that holds nothing else.
+    ///
+    /// On Redis the key carries the namespace's hash tag, so it is valid on a cluster.
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError>;
+
+    /// Deletes what [`Store::raw_primitive`] wrote in this namespace under keys that start
+    /// with `prefix`.
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError>;
+
+    /// How many requests this client has sent to the store since it was opened, counting
+    /// every one whose answer it waited for: one per round trip. A retry, a script sent again
+    /// after `NOSCRIPT`, or the registration of a job's name each count. On Redis and Valkey
+    /// each command (or pipeline) sent on the connection counts; on PostgreSQL each statement
+    /// executed; on SQLite, which has no server, each transaction or statement on the file.
+    fn round_trips(&self) -> u64;
 }
 
 /// The namespace used when none is given: `baton`.

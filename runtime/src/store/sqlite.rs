@@ -6,6 +6,7 @@
 //! shares the file shares it. Calls run on tokio's blocking threads, never on the async workers.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -40,6 +41,12 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (namespace, job, slot)
     );
     CREATE INDEX baton_runs_by_status ON baton_runs (namespace, job, status, slot);",
+    // 2: the scratch table of `baton bench`'s raw primitive (see `Store::raw_primitive`).
+    "CREATE TABLE baton_bench_scratch (
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        PRIMARY KEY (namespace, key)
+    );",
 ];
 
 /// The newest schema version this build knows.
@@ -50,6 +57,8 @@ pub struct SqliteStore {
     path: Arc<str>,
     namespace: Arc<str>,
     conn: Arc<Mutex<Connection>>,
+    /// Calls onto the file: see [`Store::round_trips`].
+    round_trips: AtomicU64,
 }
 
 impl SqliteStore {
@@ -71,6 +80,7 @@ impl SqliteStore {
             path,
             namespace: namespace.into(),
             conn: Arc::new(Mutex::new(conn)),
+            round_trips: AtomicU64::new(0),
         })
     }
 
@@ -83,6 +93,7 @@ impl SqliteStore {
         let conn = self.conn.clone();
         let namespace = self.namespace.clone();
         let path = self.path.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
             let mut guard = lock(&conn);
             f(&mut guard, &namespace).map_err(|e| map_error(&path, e))
@@ -222,31 +233,30 @@ fn encode(run: &Run) -> Result<String, rusqlite::Error> {
 }
 
 fn load(conn: &Connection, ns: &str, job: &str, slot: i64) -> Result<Option<Run>, rusqlite::Error> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT record FROM baton_runs WHERE namespace = ?1 AND job = ?2 AND slot = ?3",
-        params![ns, job, slot],
-        |r| r.get::<_, String>(0),
-    )
+    )?
+    .query_row(params![ns, job, slot], |r| r.get::<_, String>(0))
     .optional()?
     .map(decode)
     .transpose()
 }
 
 fn save(conn: &Connection, ns: &str, run: &Run) -> Result<(), rusqlite::Error> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO baton_runs (namespace, job, slot, status, lease_end, record)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (namespace, job, slot) DO UPDATE
          SET status = excluded.status, lease_end = excluded.lease_end, record = excluded.record",
-        params![
-            ns,
-            run.job,
-            run.slot,
-            run.status.as_str(),
-            run.lease_end,
-            encode(run)?
-        ],
-    )?;
+    )?
+    .execute(params![
+        ns,
+        run.job,
+        run.slot,
+        run.status.as_str(),
+        run.lease_end,
+        encode(run)?
+    ])?;
     Ok(())
 }
 
@@ -305,11 +315,9 @@ fn claim_blocking(
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = clock_ms();
     let this = load(&tx, ns, &c.job, c.slot)?;
-    let newest_slot: Option<i64> = tx.query_row(
-        "SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2",
-        params![ns, c.job],
-        |r| r.get(0),
-    )?;
+    let newest_slot: Option<i64> = tx
+        .prepare_cached("SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))?;
     // Other running runs matter only to a claim that would create a run (step 2).
     let running = if this.is_none() {
         query_runs(
@@ -322,11 +330,8 @@ fn claim_blocking(
         Vec::new()
     };
     let fence: i64 = tx
-        .query_row(
-            "SELECT fence FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
-            params![ns, c.job],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT fence FROM baton_jobs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
     let view = model::ClaimView {
@@ -341,23 +346,27 @@ fn claim_blocking(
         save(&tx, ns, run)?;
     }
     if matches!(effects.outcome, ClaimOutcome::Won(_)) {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO baton_jobs (namespace, job, fence) VALUES (?1, ?2, ?3)
              ON CONFLICT (namespace, job) DO UPDATE SET fence = excluded.fence",
-            params![ns, c.job, i64::try_from(effects.fence).unwrap_or(i64::MAX)],
-        )?;
+        )?
+        .execute(params![
+            ns,
+            c.job,
+            i64::try_from(effects.fence).unwrap_or(i64::MAX)
+        ])?;
     }
     if effects.created {
         let keep_after = now - crate::lease::millis(c.options.retention());
-        tx.execute(
+        tx.prepare_cached(
             "DELETE FROM baton_runs
              WHERE namespace = ?1 AND job = ?2 AND status <> 'running' AND slot < ?3
                AND slot NOT IN (
                  SELECT slot FROM baton_runs
                  WHERE namespace = ?1 AND job = ?2 AND status <> 'running'
                  ORDER BY slot DESC LIMIT ?4)",
-            params![ns, c.job, keep_after, c.options.history_size],
-        )?;
+        )?
+        .execute(params![ns, c.job, keep_after, c.options.history_size])?;
     }
     tx.commit()?;
     Ok(effects.outcome)
@@ -488,5 +497,51 @@ impl Store for SqliteStore {
             rows.collect()
         })
         .await
+    }
+
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "DELETE FROM baton_runs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.execute(
+                "DELETE FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
+        let key = key.to_owned();
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "INSERT INTO baton_bench_scratch (namespace, key) VALUES (?1, ?2)
+                 ON CONFLICT DO NOTHING",
+            )?;
+            Ok(stmt.execute(params![ns, key])? == 1)
+        })
+        .await
+    }
+
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
+        let prefix = prefix.to_owned();
+        self.with_conn(move |conn, ns| {
+            conn.execute(
+                "DELETE FROM baton_bench_scratch
+                 WHERE namespace = ?1 AND substr(key, 1, length(?2)) = ?2",
+                params![ns, prefix],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 }

@@ -15,6 +15,7 @@
 mod schema;
 mod url;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,7 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
         store: target.store(),
         namespace: namespace.to_owned(),
         pool,
+        round_trips: AtomicU64::new(0),
     }))
 }
 
@@ -165,6 +167,9 @@ struct Queries {
     unfinished: String,
     history: String,
     jobs: String,
+    forget_job: String,
+    raw_primitive: String,
+    clear_raw_primitive: String,
 }
 
 impl Queries {
@@ -206,6 +211,18 @@ impl Queries {
                              WHERE r.namespace = j.namespace AND r.job = j.job) \
                  ORDER BY j.job"
             ),
+            forget_job: format!(
+                "WITH gone AS (DELETE FROM {schema}.baton_runs WHERE namespace = $1 AND job = $2) \
+                 DELETE FROM {schema}.baton_jobs WHERE namespace = $1 AND job = $2"
+            ),
+            raw_primitive: format!(
+                "INSERT INTO {schema}.baton_bench_scratch (namespace, key) VALUES ($1, $2) \
+                 ON CONFLICT DO NOTHING"
+            ),
+            clear_raw_primitive: format!(
+                "DELETE FROM {schema}.baton_bench_scratch \
+                 WHERE namespace = $1 AND starts_with(key, $2)"
+            ),
         }
     }
 }
@@ -217,9 +234,16 @@ struct PostgresStore {
     /// `HOST:PORT/DB`, for messages.
     store: String,
     sql: Queries,
+    /// Statements executed: see [`Store::round_trips`].
+    round_trips: AtomicU64,
 }
 
 impl PostgresStore {
+    /// Counts one statement sent to the server.
+    fn sent(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn error(&self, e: sqlx::Error) -> StoreError {
         map_error(&self.store, e)
     }
@@ -241,6 +265,7 @@ impl PostgresStore {
         job: &str,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<Run>, StoreError> {
+        self.sent();
         let rows = query
             .fetch_all(&self.pool)
             .await
@@ -343,6 +368,7 @@ impl PostgresStore {
         if let Some(result) = result {
             query = query.bind(result.status().as_str());
         }
+        self.sent();
         let row = query
             .fetch_one(&self.pool)
             .await
@@ -368,6 +394,7 @@ impl Store for PostgresStore {
     }
 
     async fn now(&self) -> Result<i64, StoreError> {
+        self.sent();
         sqlx::query_scalar(&self.sql.now)
             .fetch_one(&self.pool)
             .await
@@ -376,6 +403,7 @@ impl Store for PostgresStore {
 
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let options = request.options;
+        self.sent();
         let row = sqlx::query(&self.sql.claim)
             .bind(&self.namespace)
             .bind(request.job)
@@ -403,6 +431,7 @@ impl Store for PostgresStore {
         token: Token,
         lease: Duration,
     ) -> Result<HeartbeatOutcome, StoreError> {
+        self.sent();
         let row = sqlx::query(&self.sql.heartbeat)
             .bind(&self.namespace)
             .bind(job)
@@ -449,6 +478,7 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
+        self.sent();
         let record: Option<String> = sqlx::query_scalar(&self.sql.get)
             .bind(&self.namespace)
             .bind(job)
@@ -475,10 +505,48 @@ impl Store for PostgresStore {
     }
 
     async fn jobs(&self) -> Result<Vec<String>, StoreError> {
+        self.sent();
         sqlx::query_scalar(&self.sql.jobs)
             .bind(&self.namespace)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.error(e))
+    }
+
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
+        self.sent();
+        sqlx::query(&self.sql.forget_job)
+            .bind(&self.namespace)
+            .bind(job)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
+        self.sent();
+        let done = sqlx::query(&self.sql.raw_primitive)
+            .bind(&self.namespace)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
+        self.sent();
+        sqlx::query(&self.sql.clear_raw_primitive)
+            .bind(&self.namespace)
+            .bind(prefix)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 }

@@ -17,6 +17,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "the claim reads the clock once it holds every row it decides on",
         include_str!("migrations/0002_claim_clock_after_locks.sql"),
     ),
+    (
+        "the scratch table of baton bench",
+        include_str!("migrations/0003_bench_scratch.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -21,13 +21,14 @@
 //! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, RedisError, Script};
+use redis::{AsyncCommands, RedisError, RedisFuture, Script};
 use serde::Deserialize;
 
 use super::{Cause, Store, StoreError};
@@ -73,9 +74,48 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// A connection that counts every request sent on it (a command, or a pipeline: one round
+/// trip each), for [`Store::round_trips`].
+struct Counted {
+    connection: Connection,
+    sent: Arc<AtomicU64>,
+}
+
+impl redis::aio::ConnectionLike for Counted {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, redis::Value> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match &mut self.connection {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<redis::Value>> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match &mut self.connection {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.connection {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// A store on a Redis or Valkey server, or a Redis Cluster.
 pub struct RedisStore {
     connection: Connection,
+    /// Requests sent: see [`Store::round_trips`].
+    sent: Arc<AtomicU64>,
     namespace: String,
     /// Where the store is, for messages: host and port (of the first seed), never a password.
     place: String,
@@ -187,6 +227,7 @@ impl RedisStore {
             })??;
         let store = RedisStore {
             connection,
+            sent: Arc::new(AtomicU64::new(0)),
             namespace: namespace.to_owned(),
             place,
             scripts: Arc::new(Scripts::new()),
@@ -207,9 +248,9 @@ impl RedisStore {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("server");
         // A cluster answers with one reply per node: every node must be recent enough.
-        let info: redis::Value = match self.connection.clone() {
-            Connection::Single(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        let info: redis::Value = {
+            let mut c = self.counted();
+            cmd.query_async(&mut c).await
         }
         .map_err(|e| connect_error(&self.place, e))?;
         let mut texts = Vec::new();
@@ -231,6 +272,19 @@ impl RedisStore {
             check_version(&self.place, version)?;
         }
         Ok(())
+    }
+
+    /// A handle on the connection that counts what it sends.
+    fn counted(&self) -> Counted {
+        Counted {
+            connection: self.connection.clone(),
+            sent: self.sent.clone(),
+        }
+    }
+
+    /// The key of the raw primitive `key`, with the namespace's hash tag.
+    fn scratch_key(&self, key: &str) -> String {
+        format!("{{{}}}:bench:{key}", self.namespace)
     }
 
     /// The job's keys, in the order the scripts take them.
@@ -262,9 +316,9 @@ impl RedisStore {
         for arg in args {
             invocation.arg(arg);
         }
-        let answer: String = match self.connection.clone() {
-            Connection::Single(mut c) => invocation.invoke_async(&mut c).await,
-            Connection::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+        let answer: String = {
+            let mut c = self.counted();
+            invocation.invoke_async(&mut c).await
         }
         .map_err(|e| self.error(e))?;
         serde_json::from_str(&answer).map_err(|e| StoreError::Malformed {
@@ -290,9 +344,9 @@ impl RedisStore {
             return;
         }
         let key = self.jobs_key();
-        let added: Result<(), RedisError> = match self.connection.clone() {
-            Connection::Single(mut c) => c.sadd(key, job).await,
-            Connection::Cluster(mut c) => c.sadd(key, job).await,
+        let added: Result<(), RedisError> = {
+            let mut c = self.counted();
+            c.sadd(key, job).await
         };
         match added {
             Ok(()) => {
@@ -311,9 +365,9 @@ impl RedisStore {
         }
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(&self.keys(job)[0]).arg(&slots);
-        let raw: Vec<Option<String>> = match self.connection.clone() {
-            Connection::Single(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        let raw: Vec<Option<String>> = {
+            let mut c = self.counted();
+            cmd.query_async(&mut c).await
         }
         .map_err(|e| self.error(e))?;
         raw.into_iter()
@@ -513,9 +567,9 @@ impl Store for RedisStore {
 
     async fn now(&self) -> Result<i64, StoreError> {
         let cmd = redis::cmd("TIME");
-        let (secs, micros): (i64, i64) = match self.connection.clone() {
-            Connection::Single(mut c) => cmd.query_async(&mut c).await,
-            Connection::Cluster(mut c) => cmd.query_async(&mut c).await,
+        let (secs, micros): (i64, i64) = {
+            let mut c = self.counted();
+            cmd.query_async(&mut c).await
         }
         .map_err(|e| self.error(e))?;
         Ok(secs * 1000 + micros / 1000)
@@ -626,9 +680,9 @@ impl Store for RedisStore {
 
     async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError> {
         let key = &self.keys(job)[2];
-        let slots: Vec<String> = match self.connection.clone() {
-            Connection::Single(mut c) => c.zrange(key, 0, -1).await,
-            Connection::Cluster(mut c) => c.zrange(key, 0, -1).await,
+        let slots: Vec<String> = {
+            let mut c = self.counted();
+            c.zrange(key, 0, -1).await
         }
         .map_err(|e| self.error(e))?;
         let mut runs = self.records(job, slots).await?;
@@ -643,9 +697,9 @@ impl Store for RedisStore {
         }
         let key = &self.keys(job)[1];
         let stop = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
-        let slots: Vec<String> = match self.connection.clone() {
-            Connection::Single(mut c) => c.zrevrange(key, 0, stop).await,
-            Connection::Cluster(mut c) => c.zrevrange(key, 0, stop).await,
+        let slots: Vec<String> = {
+            let mut c = self.counted();
+            c.zrevrange(key, 0, stop).await
         }
         .map_err(|e| self.error(e))?;
         self.records(job, slots).await
@@ -653,14 +707,90 @@ impl Store for RedisStore {
 
     async fn jobs(&self) -> Result<Vec<String>, StoreError> {
         let key = self.jobs_key();
-        let mut jobs: Vec<String> = match self.connection.clone() {
-            Connection::Single(mut c) => c.smembers(key).await,
-            Connection::Cluster(mut c) => c.smembers(key).await,
+        let mut jobs: Vec<String> = {
+            let mut c = self.counted();
+            c.smembers(key).await
         }
         .map_err(|e| self.error(e))?;
         jobs.sort();
         Ok(jobs)
     }
+
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
+        let keys = self.keys(job).to_vec();
+        let jobs_key = self.jobs_key();
+        let mut c = self.counted();
+        // Two keys slots apart on a cluster: two commands, the job's keys first.
+        let () = c.del(keys).await.map_err(|e| self.error(e))?;
+        let () = c.srem(jobs_key, job).await.map_err(|e| self.error(e))?;
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(job);
+        Ok(())
+    }
+
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.scratch_key(key))
+            .arg(1)
+            .arg("NX")
+            .arg("PX")
+            .arg(RAW_PRIMITIVE_TTL_MS);
+        let answer: Option<String> = cmd
+            .query_async(&mut self.counted())
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(answer.is_some())
+    }
+
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
+        if matches!(self.connection, Connection::Cluster(_)) {
+            // SCAN walks one node of a cluster; the keys expire by themselves there.
+            return Ok(());
+        }
+        let pattern = format!("{}*", self.scratch_key(&glob_escape(prefix)));
+        let mut c = self.counted();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, keys): (u64, Vec<String>) =
+                scan.query_async(&mut c).await.map_err(|e| self.error(e))?;
+            // One key a command, so that a cluster never sees keys of two slots together.
+            for key in keys {
+                let () = c.del(key).await.map_err(|e| self.error(e))?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+/// How long a key of [`Store::raw_primitive`] lives: 10 minutes, so one that is never cleared
+/// goes away by itself.
+const RAW_PRIMITIVE_TTL_MS: u64 = 600_000;
+
+/// `s` with the characters special to a `SCAN MATCH` pattern escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,187 @@
+//! `baton bench` on the real binary, with tiny counts: every section is in the JSON report and
+//! its numbers are sane. No timing thresholds: the speed targets are the printed figures of
+//! `docs/BENCHMARKS.md`, not assertions. What is asserted is correctness: a run sends exactly
+//! one claim and one finish plus one request per heartbeat, and the scale run never runs a slot
+//! twice.
+
+use std::path::Path;
+
+use baton_tests::backends::redis_url;
+use baton_tests::process::baton;
+use serde_json::Value;
+
+/// A directory with the two components `baton bench` measures, as the build script names them.
+fn components(dir: &Path) {
+    std::fs::copy(env!("GUEST_EMPTY"), dir.join("empty.wasm")).expect("copy empty");
+    std::fs::copy(env!("GUEST_BUSY_LOOP"), dir.join("busy-loop.wasm")).expect("copy busy-loop");
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = baton(args, &[]);
+    assert_eq!(out.code, Some(0), "baton {args:?} failed: {}", out.stderr);
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", out.stdout, out.stderr))
+}
+
+fn positive(v: &Value, path: &str) -> f64 {
+    let x = v
+        .pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {path} in {v:#}"));
+    assert!(x.is_finite() && x > 0.0, "{path} is {x}");
+    x
+}
+
+const SMALL: &[&str] = &[
+    "--json",
+    "--clients",
+    "1,3",
+    "--samples",
+    "24",
+    "--rounds",
+    "2",
+    "--runs",
+    "2",
+    "--wasm-runs",
+    "5",
+    "--zombie-stops",
+    "3",
+    "--failover-jobs",
+    "2",
+];
+
+#[test]
+fn bench_on_sqlite_reports_every_section() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let comps = dir.path().join("components");
+    std::fs::create_dir(&comps).expect("components directory");
+    components(&comps);
+    let store = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let mut args = vec!["bench", "--store", &store, "--components"];
+    let comps_arg = comps.display().to_string();
+    args.push(&comps_arg);
+    args.extend_from_slice(SMALL);
+    let r = json(&args);
+
+    assert_eq!(r["backend"], "sqlite");
+    assert!(r["machine_before"]["cpus"].as_u64().is_some_and(|n| n >= 1));
+    let rows = r["store_ops"].as_array().expect("store_ops rows");
+    assert_eq!(
+        rows.iter()
+            .map(|row| row["clients"].as_u64())
+            .collect::<Vec<_>>(),
+        [Some(1), Some(3)]
+    );
+    for i in 0..rows.len() {
+        for op in [
+            "raw_primitive",
+            "claim_won",
+            "claim_running",
+            "heartbeat",
+            "finish",
+        ] {
+            let base = format!("/store_ops/{i}/{op}");
+            assert!(
+                r.pointer(&format!("{base}/latency/count"))
+                    .and_then(Value::as_u64)
+                    >= Some(24)
+            );
+            positive(&r, &format!("{base}/latency/median_us"));
+            positive(&r, &format!("{base}/latency/p99_us"));
+            positive(&r, &format!("{base}/throughput_per_s"));
+            assert_eq!(
+                r.pointer(&format!("{base}/round_trips_per_op"))
+                    .and_then(Value::as_f64),
+                Some(1.0),
+                "{op}: one request an operation"
+            );
+        }
+        for ratio in ["claim_won", "claim_running", "heartbeat", "finish"] {
+            positive(&r, &format!("/store_ops/{i}/ratios/{ratio}"));
+        }
+    }
+
+    let rt = &r["round_trips"];
+    assert_eq!(rt["exact"], true, "{rt:#}");
+    assert_eq!(rt["counted"]["claims"], 2);
+    assert_eq!(rt["counted"]["finishes"], 2);
+    let heartbeats = rt["counted"]["heartbeats"].as_u64().expect("heartbeats");
+    assert_eq!(rt["counted"]["round_trips"].as_u64(), Some(4 + heartbeats));
+
+    positive(&r, "/wasm/overhead/wasm/median_us");
+    positive(&r, "/wasm/overhead/native/median_us");
+    positive(&r, "/wasm/overhead/native_over_wasm");
+    assert_eq!(r["wasm"]["overhead"]["wasm"]["count"], 5);
+    assert_eq!(r["wasm"]["zombie_stop"]["latency"]["count"], 3);
+    positive(&r, "/wasm/zombie_stop/latency/median_us");
+
+    for kind in ["takeover", "hand_over"] {
+        assert_eq!(r["failover"][kind]["latency"]["count"], 2, "{kind}");
+        positive(&r, &format!("/failover/{kind}/latency/median_us"));
+    }
+    assert_eq!(r["failover"]["takeover"]["bound_ms"], 800);
+    assert_eq!(r["failover"]["hand_over"]["bound_ms"], 200);
+    // A takeover waits for the lease to run out.
+    assert!(positive(&r, "/failover/takeover/latency/min_us") >= 600_000.0);
+    assert_eq!(r["notes"], serde_json::json!([]));
+}
+
+#[test]
+fn bench_without_components_skips_the_wasm_figures_with_a_note() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let missing = dir.path().join("nothing-here").display().to_string();
+    let mut args = vec!["bench", "--store", &store, "--components", &missing];
+    args.extend_from_slice(SMALL);
+    let r = json(&args);
+    assert!(r["wasm"].is_null());
+    let notes = r["notes"].as_array().expect("notes");
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.contains("build-components.sh"))),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn bench_on_redis_counts_two_round_trips_per_run_plus_heartbeats() {
+    let url = redis_url();
+    let mut args = vec!["bench", "--store", &url];
+    args.extend_from_slice(SMALL);
+    let r = json(&args);
+    assert_eq!(r["backend"], "redis");
+    assert_eq!(r["round_trips"]["exact"], true, "{:#}", r["round_trips"]);
+}
+
+#[test]
+fn scale_smoke_runs_every_slot_at_most_once() {
+    let url = redis_url();
+    let r = json(&[
+        "bench",
+        "scale",
+        "--store",
+        &url,
+        "--hosts",
+        "2",
+        "--jobs",
+        "100",
+        "--seconds",
+        "5",
+        "--warm-up",
+        "2s",
+        "--json",
+    ]);
+    assert_eq!(r["due"], 500);
+    assert_eq!(r["duplicates"], 0, "{r:#}");
+    assert!(
+        r["run"].as_u64().is_some_and(|n| n > 0 && n <= 500),
+        "{r:#}"
+    );
+    let hosts = r["per_host"].as_array().expect("per_host");
+    assert_eq!(hosts.len(), 2);
+    for h in hosts {
+        assert!(h["peak_rss_mib"].as_f64().is_some_and(|m| m > 0.0), "{h:#}");
+        assert!(h["cpu_s"].as_f64().is_some_and(|c| c >= 0.0), "{h:#}");
+    }
+}
