@@ -93,6 +93,76 @@ mod cut_off {
     }
 }
 
+/// A finish whose answer is lost is sent again; the store refuses the second one (the run has
+/// ended), and the instance knows its own finish by the attempt and status it is shown.
+mod lost_answer {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use baton::instance::{handler_fn, EventKind};
+    use baton::lease::Status;
+    use baton_tests::proxy::{Mode, Proxy};
+
+    use crate::support::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn finish_whose_answer_was_lost_is_recorded_once_as_success_not_lost() {
+        let target = baton_tests::backends::redis_url()
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
+        let proxy = Proxy::start(target).await;
+        let url = format!("redis://127.0.0.1:{}", proxy.port);
+        let direct = baton_tests::backends::redis().await;
+        let f = direct.reached_through(url);
+        let release = Arc::new(tokio::sync::Notify::new());
+        let handler = {
+            let release = release.clone();
+            handler_fn(move |_ctx| {
+                let release = release.clone();
+                async move {
+                    release.notified().await;
+                    Ok(())
+                }
+            })
+        };
+        let slot = slot_ahead(&f, 500).await;
+        let name = baton_tests::unique("lost-answer");
+        let mut a = node(
+            &f,
+            "a",
+            vec![job(&name, once_at(slot), options(3_000, 200), handler)],
+        )
+        .await;
+        wait_event(&mut a.events, Duration::from_secs(5), "started", |e| {
+            is(e, EventKind::Started, &name, slot)
+        })
+        .await;
+        // The finish reaches the store, its answer does not.
+        proxy.set(Mode::CutReplies);
+        release.notify_one();
+        wait_run(
+            &f,
+            &name,
+            slot,
+            Duration::from_secs(5),
+            "the finish took effect",
+            |r| r.status == Status::Success,
+        )
+        .await;
+        proxy.set(Mode::Pass);
+        let ended = wait_event(
+            &mut a.events,
+            Duration::from_secs(5),
+            "the end of the attempt",
+            |e| e.job == name && matches!(e.kind, EventKind::Success | EventKind::Lost),
+        )
+        .await;
+        assert_eq!(ended.kind, EventKind::Success, "{ended:?}");
+        a.instance.stop(Duration::from_secs(1)).await;
+    }
+}
+
 /// The daylight-saving policy, as the README documents it.
 mod dst {
     use baton::schedule::{format_in, Schedule};

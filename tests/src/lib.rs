@@ -41,6 +41,17 @@ impl Fixture {
         }
     }
 
+    /// The same namespace, but instances started from it reach the store at `url` (e.g. a
+    /// fault proxy's), while the test's own client still talks to the store directly.
+    pub fn reached_through(&self, url: String) -> Fixture {
+        Fixture {
+            url,
+            namespace: self.namespace.clone(),
+            store: self.store.clone(),
+            _keep: None,
+        }
+    }
+
     /// Another client of the same store and namespace, as a second instance would have.
     pub async fn another(&self) -> Arc<dyn Store> {
         store::open(&self.url, &self.namespace)

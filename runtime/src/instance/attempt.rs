@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use super::{
     lock, AbortReason, ActiveAttempt, EventKind, Inner, Job, LeaseDeadline, RunContext, Signal,
 };
-use crate::lease::{ClaimKind, Finish, HeartbeatOutcome, Lease, TokenOutcome};
+use crate::lease::{ClaimKind, Finish, HeartbeatOutcome, Lease, RunState, TokenOutcome};
 
 /// How an attempt ended, as far as this instance is concerned.
 enum End {
@@ -288,29 +288,44 @@ async fn settle(
             signal.reason(),
             Some(AbortReason::Stopping | AbortReason::StopTimeout)
         );
+    let finish = if result.is_ok() {
+        Finish::Success
+    } else {
+        Finish::Failed
+    };
+    // Only this attempt's token can end it, so a refusal that shows the run ended as we asked,
+    // at our attempt, is our own earlier call whose answer was lost (a retry after a timeout).
+    let ours = |state: &RunState| {
+        state.attempt == lease.attempt
+            && if hand_over {
+                state.released
+            } else {
+                state.status == finish.status()
+            }
+    };
     loop {
         let answer = if hand_over {
             inner.store.release(name, slot, lease.token).await
         } else {
-            let finish = if result.is_ok() {
-                Finish::Success
-            } else {
-                Finish::Failed
-            };
             inner.store.finish(name, slot, lease.token, finish).await
         };
         match answer {
-            Ok(TokenOutcome::Accepted) => {
+            Ok(outcome) => {
+                let accepted = match &outcome {
+                    TokenOutcome::Accepted => true,
+                    TokenOutcome::Refused(Some(state)) => ours(state),
+                    TokenOutcome::Refused(None) => false,
+                };
+                if !accepted {
+                    fence(inner, name, slot, lease, signal, AbortReason::Lost);
+                    return;
+                }
                 let (kind, reason) = match (&result, hand_over) {
                     (_, true) => (EventKind::Released, "stopping"),
                     (Ok(()), false) => (EventKind::Success, ""),
                     (Err(msg), false) => (EventKind::Failed, msg.as_str()),
                 };
                 inner.emit(kind, name, slot, Some(lease.attempt), reason);
-                return;
-            }
-            Ok(TokenOutcome::Refused(_)) => {
-                fence(inner, name, slot, lease, signal, AbortReason::Lost);
                 return;
             }
             Err(e) if !deadline.has_passed() => {
