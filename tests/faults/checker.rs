@@ -561,6 +561,18 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
         if within(&input.disturbed, slot, 0, 0) || within(&input.outages, slot, 0, 2_500) {
             continue;
         }
+        // The job's own earlier run still held its lease when this slot came: the spec skips
+        // the slot as an overlap (rule 5). That is the job being slow on a loaded machine, not
+        // a misbehaving neighbour taking its time.
+        let overlapped = runs.iter().any(|r| {
+            r.slot < slot
+                && r.attempts
+                    .last()
+                    .is_some_and(|a| a.ended_at.is_none_or(|end| end > slot))
+        });
+        if overlapped && !by_slot.contains_key(&slot) {
+            continue;
+        }
         let kept = by_slot.get(&slot).is_some_and(|r| {
             r.status == "success"
                 && r.attempts.len() == 1
@@ -880,6 +892,30 @@ mod tests {
             to: 14_000,
         });
         assert!(broken(&i).is_empty());
+    }
+
+    #[test]
+    fn a_slot_skipped_while_the_jobs_own_earlier_run_still_ran_keeps_the_schedule_rule() {
+        let slow = run(
+            11_000,
+            "success",
+            12_400,
+            vec![attempt(1, "a", 11_005, Some(12_400), Some("success"))],
+        );
+        let mut i = input(vec![slow.clone()]);
+        i.jobs[0].well_behaved = true;
+        assert!(
+            !broken(&i).contains(&rules::SCHEDULE),
+            "slot 12_000 overlapped run 11_000: {:?}",
+            broken(&i)
+        );
+        // The same missing slot with the earlier run ended in time is a broken schedule.
+        let mut quick = slow;
+        quick.lease_end = 11_400;
+        quick.attempts[0].ended_at = Some(11_400);
+        let mut i = input(vec![quick]);
+        i.jobs[0].well_behaved = true;
+        assert!(broken(&i).contains(&rules::SCHEDULE), "{:?}", broken(&i));
     }
 
     #[test]
