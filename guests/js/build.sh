@@ -9,7 +9,10 @@ if ! command -v node >/dev/null 2>&1; then
   echo "node is not installed: Node.js 20 or later builds JavaScript jobs" >&2
   exit 1
 fi
-if [ ! -d "$here/node_modules/@bytecodealliance/componentize-js" ]; then
+# npm writes node_modules/.package-lock.json last: reinstall when it is missing (an install that
+# did not finish) or older than the lock (the pinned versions changed).
+installed="$here/node_modules/.package-lock.json"
+if [ ! -f "$installed" ] || [ "$here/package-lock.json" -nt "$installed" ]; then
   npm ci --prefix "$here" --no-audit --no-fund --silent
 fi
 node "$here/build.mjs" "$out"
