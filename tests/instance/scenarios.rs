@@ -208,6 +208,102 @@ pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) 
     );
 }
 
+/// A backup stops watching a slot once a newer slot of the job has started: its takeover claim
+/// could only be answered interrupted or finished, so it is not sent. Two instances on a job
+/// due every second send one claim each and one finish a slot, nothing more (before, the loser
+/// checked every finished run once more, a third of the store's load on a busy cluster).
+pub async fn backup_sends_no_takeover_claim_once_a_newer_slot_has_started(f: &Fixture) {
+    let name = unique("watch");
+    let every_second = || Schedule::parse("* * * * * *", "UTC").expect("valid");
+    // Backups check 1.5 to 3 s after losing: always after the next slot's claims.
+    let mut opts = options(5_000, 1_500);
+    opts.catch_up = Duration::ZERO;
+    let mk = || {
+        vec![job(
+            &name,
+            every_second(),
+            opts,
+            worker(Duration::from_millis(50)),
+        )]
+    };
+    let start = |runner: &'static str| {
+        let config = baton::instance::InstanceConfig {
+            store_url: f.url.clone(),
+            namespace: f.namespace.clone(),
+            runner: runner.to_owned(),
+        };
+        let jobs = mk();
+        async move {
+            let kept: Arc<Mutex<Option<Arc<dyn baton::store::Store>>>> = Arc::default();
+            let keep = kept.clone();
+            let instance = baton::instance::Instance::start_with(config, jobs, move |store| {
+                *keep.lock().expect("not poisoned") = Some(store.clone());
+                store
+            })
+            .await
+            .expect("instance starts");
+            let store = kept
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("the store");
+            (instance, store)
+        }
+    };
+    let (a, a_store) = start("a").await;
+    let (b, b_store) = start("b").await;
+    let requests = || a_store.round_trips() + b_store.round_trips();
+    let mut events = [a.subscribe(), b.subscribe()];
+    // Past the start (clock read, unfinished runs, script loads) and a first backup's wait.
+    successes(&mut events, &name, 4).await;
+    let before = requests();
+    const SLOTS: u64 = 6;
+    successes(&mut events, &name, SLOTS as usize).await;
+    let sent = requests() - before;
+    a.stop(Duration::from_secs(1)).await;
+    b.stop(Duration::from_secs(1)).await;
+    println!("{SLOTS} slots, two instances: {sent} store requests");
+    // Each slot: the winner's claim and finish, the loser's claim. A takeover claim per slot
+    // (the backup's check of a finished run) would make it 4 × SLOTS.
+    assert!(
+        sent <= 3 * SLOTS + 2,
+        "{sent} store requests for {SLOTS} slots: more than a claim each and a finish a slot"
+    );
+    assert!(
+        sent >= 3 * SLOTS - 2,
+        "{sent} store requests for {SLOTS} slots: too few to be them"
+    );
+}
+
+/// Waits for `n` successes of `job` on either of two instances.
+async fn successes(
+    events: &mut [tokio::sync::broadcast::Receiver<baton::instance::Event>; 2],
+    job: &str,
+    n: usize,
+) {
+    let [a, b] = events;
+    let mut seen = 0;
+    let counted = tokio::time::timeout(Duration::from_secs(20), async {
+        while seen < n {
+            // `recv` is cancel-safe: the branch not taken loses no event.
+            let e = tokio::select! {
+                e = a.recv() => e,
+                e = b.recv() => e,
+            };
+            if let Ok(e) = e {
+                if e.kind == EventKind::Success && e.job == job {
+                    seen += 1;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(
+        counted.is_ok(),
+        "only {seen} of {n} successes of {job} within 20 s"
+    );
+}
+
 /// Order 1: the next slot is due while the dead run's lease is still alive: it is skipped as an
 /// overlap, and a backup takes the old run over when the lease runs out.
 pub async fn next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over(f: &Fixture) {

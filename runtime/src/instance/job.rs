@@ -146,6 +146,12 @@ pub(super) async fn claim_and_handle(
         }
     };
     let name = &job.name;
+    if matches!(
+        outcome,
+        ClaimOutcome::Won(_) | ClaimOutcome::Running { .. } | ClaimOutcome::Finished { .. }
+    ) {
+        inner.saw_started(name, slot);
+    }
     match outcome {
         ClaimOutcome::Won(lease) => {
             // A lease won before stop began is still run; stop then aborts it at once.
@@ -195,7 +201,9 @@ pub(super) async fn claim_and_handle(
 }
 
 /// Becomes a backup of a run: checks it after a random time in [heartbeat, 2 × heartbeat]
-/// with a takeover claim, until the run ends or this instance wins it.
+/// with a takeover claim, until the run ends, this instance wins it, or a newer slot of the
+/// job has started (the store would answer the takeover interrupted: nothing is left to take
+/// over, and the newer run's claim interrupts the run if its lease has run out).
 fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
     if !lock(&inner.watched).insert((job.name.clone(), slot)) {
         return;
@@ -207,6 +215,10 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
         let stopping = inner.sleep_or_stop(backup_delay(&job)).await;
         lock(&inner.watched).remove(&key);
         if stopping || lock(&inner.attempts).contains_key(&key) {
+            return;
+        }
+        if inner.newer_started(&job.name, slot) {
+            tracing::debug!(job = %job.name, slot, "a newer slot has started; no takeover to watch for");
             return;
         }
         // A takeover runs the job's current version; a removed job is no longer watched.
