@@ -213,26 +213,59 @@ pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) 
 /// due every second send one claim each and one finish a slot, nothing more (before, the loser
 /// checked every finished run once more, a third of the store's load on a busy cluster).
 pub async fn backup_sends_no_takeover_claim_once_a_newer_slot_has_started(f: &Fixture) {
-    let name = unique("watch");
-    let every_second = || Schedule::parse("* * * * * *", "UTC").expect("valid");
     // Backups check 1.5 to 3 s after losing: always after the next slot's claims.
-    let mut opts = options(5_000, 1_500);
+    const SLOTS: u64 = 6;
+    let sent = requests_of_two_instances(f, 1_500, Duration::from_millis(50), SLOTS).await;
+    println!("{SLOTS} slots, two instances: {sent} store requests");
+    // Each slot: the winner's claim and finish, the loser's claim. A takeover claim per slot
+    // (the backup's check of a finished run) would make it 4 × SLOTS.
+    assert!(
+        sent <= 3 * SLOTS + 2,
+        "{sent} store requests for {SLOTS} slots: more than a claim each and a finish a slot"
+    );
+    assert!(
+        sent >= 3 * SLOTS - 2,
+        "{sent} store requests for {SLOTS} slots: too few to be them"
+    );
+}
+
+/// A slot skipped as an overlap is not watched once a newer slot has started: a claim of it
+/// could only be superseded. A job due every second whose runs take 1.3 s runs every other
+/// slot; the slot between is skipped by both instances, and nothing more is sent for it.
+pub async fn skipped_slot_is_not_watched_once_a_newer_slot_has_started(f: &Fixture) {
+    // Backups check 3 to 6 s after losing or skipping: after the next run has started.
+    const RUNS: u64 = 3;
+    let sent = requests_of_two_instances(f, 3_000, Duration::from_millis(1_300), RUNS).await;
+    println!("{RUNS} runs, a skipped slot after each, two instances: {sent} store requests");
+    // Each run: the winner's claim and finish, the loser's claim; the skipped slot: a claim
+    // from each. Watching the skipped slot meant reading it and its blocking run again (six
+    // more a skipped slot), and a takeover claim of each finished run.
+    assert!(
+        sent <= 5 * RUNS + 3,
+        "{sent} store requests for {RUNS} runs and {RUNS} skipped slots: more than their claims and finishes"
+    );
+    assert!(
+        sent >= 5 * RUNS - 3,
+        "{sent} store requests for {RUNS} runs and {RUNS} skipped slots: too few to be them"
+    );
+}
+
+/// Two instances run one job due every second (lease 5 s or 3 × `heartbeat`, each run taking
+/// `work`); returns the store requests both sent while `runs` runs succeeded, after a warm-up
+/// of four runs (the start's clock read and unfinished runs, script loads, the first backups'
+/// waits).
+async fn requests_of_two_instances(f: &Fixture, heartbeat: u64, work: Duration, runs: u64) -> u64 {
+    let name = unique("watch");
+    let mut opts = options((3 * heartbeat).max(5_000), heartbeat);
     opts.catch_up = Duration::ZERO;
-    let mk = || {
-        vec![job(
-            &name,
-            every_second(),
-            opts,
-            worker(Duration::from_millis(50)),
-        )]
-    };
     let start = |runner: &'static str| {
         let config = baton::instance::InstanceConfig {
             store_url: f.url.clone(),
             namespace: f.namespace.clone(),
             runner: runner.to_owned(),
         };
-        let jobs = mk();
+        let every_second = Schedule::parse("* * * * * *", "UTC").expect("valid");
+        let jobs = vec![job(&name, every_second, opts, worker(work))];
         async move {
             let kept: Arc<Mutex<Option<Arc<dyn baton::store::Store>>>> = Arc::default();
             let keep = kept.clone();
@@ -254,25 +287,13 @@ pub async fn backup_sends_no_takeover_claim_once_a_newer_slot_has_started(f: &Fi
     let (b, b_store) = start("b").await;
     let requests = || a_store.round_trips() + b_store.round_trips();
     let mut events = [a.subscribe(), b.subscribe()];
-    // Past the start (clock read, unfinished runs, script loads) and a first backup's wait.
     successes(&mut events, &name, 4).await;
     let before = requests();
-    const SLOTS: u64 = 6;
-    successes(&mut events, &name, SLOTS as usize).await;
+    successes(&mut events, &name, runs as usize).await;
     let sent = requests() - before;
     a.stop(Duration::from_secs(1)).await;
     b.stop(Duration::from_secs(1)).await;
-    println!("{SLOTS} slots, two instances: {sent} store requests");
-    // Each slot: the winner's claim and finish, the loser's claim. A takeover claim per slot
-    // (the backup's check of a finished run) would make it 4 × SLOTS.
-    assert!(
-        sent <= 3 * SLOTS + 2,
-        "{sent} store requests for {SLOTS} slots: more than a claim each and a finish a slot"
-    );
-    assert!(
-        sent >= 3 * SLOTS - 2,
-        "{sent} store requests for {SLOTS} slots: too few to be them"
-    );
+    sent
 }
 
 /// Waits for `n` successes of `job` on either of two instances.

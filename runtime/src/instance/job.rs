@@ -231,7 +231,8 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
 }
 
 /// Keeps an eye on a slot skipped as an overlap: if another instance claims it after the
-/// earlier run ended, this instance becomes its backup.
+/// earlier run ended, this instance becomes its backup; once a newer slot of the job has
+/// started, there is nothing left to watch.
 fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: i64) {
     let inner = inner.clone();
     let job = job.clone();
@@ -239,6 +240,11 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
         let mut blocking_ended = false;
         loop {
             if inner.sleep_or_stop(backup_delay(&job)).await {
+                return;
+            }
+            // A newer slot has started: a claim of this one could only be superseded, and
+            // a run of it (if another instance won it) could not be taken over.
+            if inner.newer_started(&job.name, slot) {
                 return;
             }
             let Some(job) = inner.current_job(&job.name) else {
