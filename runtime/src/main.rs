@@ -5,6 +5,12 @@ use std::process::ExitCode;
 
 mod cli;
 
+/// The binary's allocator: mimalloc. A busy host makes many small, short-lived allocations per
+/// store request (the client's buffers and futures, a claim's arguments), which glibc's
+/// allocator served at about a third of the host's CPU in the scale run (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match cli::main().await {

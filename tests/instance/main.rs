@@ -12,6 +12,8 @@ macro_rules! instance_suite {
             stop_hands_over_to_a_backup_within_two_heartbeats,
             stop_finishes_a_handler_that_returns_normally,
             all_instances_down_catch_up_runs_only_the_latest_slot,
+            backup_sends_no_takeover_claim_once_a_newer_slot_has_started,
+            skipped_slot_is_not_watched_once_a_newer_slot_has_started,
             next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over,
             backup_check_first_takes_over_and_the_next_slot_is_skipped,
             next_slot_first_interrupts_the_dead_run,

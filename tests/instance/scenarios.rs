@@ -208,6 +208,126 @@ pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) 
     );
 }
 
+/// A backup stops watching a slot once a newer slot of the job has started: its takeover claim
+/// could only be answered interrupted or finished, so it is not sent. Two instances on a job
+/// due every second send one claim each and one finish a slot, nothing more (before, the loser
+/// checked every finished run once more, a third of the store's load on a busy cluster).
+pub async fn backup_sends_no_takeover_claim_once_a_newer_slot_has_started(f: &Fixture) {
+    // Backups check 1.5 to 3 s after losing: always after the next slot's claims.
+    const SLOTS: u64 = 6;
+    let sent = requests_of_two_instances(f, 1_500, Duration::from_millis(50), SLOTS).await;
+    // Each slot: the winner's claim and finish, the loser's claim. A takeover claim per slot
+    // (the backup's check of a finished run) would make it 4 × SLOTS.
+    assert_about(sent, 3 * SLOTS, 2, &format!("{SLOTS} slots, two instances"));
+}
+
+/// A slot skipped as an overlap is not watched once a newer slot has started: a claim of it
+/// could only be superseded. A job due every second whose runs take 1.3 s runs every other
+/// slot; the slot between is skipped by both instances, and nothing more is sent for it.
+pub async fn skipped_slot_is_not_watched_once_a_newer_slot_has_started(f: &Fixture) {
+    // Backups check 3 to 6 s after losing or skipping: after the next run has started.
+    const RUNS: u64 = 3;
+    let sent = requests_of_two_instances(f, 3_000, Duration::from_millis(1_300), RUNS).await;
+    // Each run: the winner's claim and finish, the loser's claim; the skipped slot: a claim
+    // from each. Watching the skipped slot meant reading it and its blocking run again (six
+    // more a skipped slot), and a takeover claim of each finished run.
+    assert_about(
+        sent,
+        5 * RUNS,
+        3,
+        &format!("{RUNS} runs and {RUNS} skipped slots, two instances"),
+    );
+}
+
+/// Store requests `sent` are `expected`, give or take `slack` (a request in flight as the count
+/// was read).
+fn assert_about(sent: u64, expected: u64, slack: u64, what: &str) {
+    println!("{what}: {sent} store requests");
+    assert!(
+        sent <= expected + slack,
+        "{what}: {sent} store requests, more than the {expected} their claims and finishes are"
+    );
+    assert!(
+        sent + slack >= expected,
+        "{what}: {sent} store requests, too few to be the {expected} claims and finishes"
+    );
+}
+
+/// Two instances run one job due every second (lease 5 s or 3 × `heartbeat`, each run taking
+/// `work`); returns the store requests both sent while `runs` runs succeeded, after a warm-up
+/// of four runs (the start's clock read and unfinished runs, script loads, the first backups'
+/// waits).
+async fn requests_of_two_instances(f: &Fixture, heartbeat: u64, work: Duration, runs: u64) -> u64 {
+    let name = unique("watch");
+    let mut opts = options((3 * heartbeat).max(5_000), heartbeat);
+    opts.catch_up = Duration::ZERO;
+    let start = |runner: &'static str| {
+        let config = baton::instance::InstanceConfig {
+            store_url: f.url.clone(),
+            namespace: f.namespace.clone(),
+            runner: runner.to_owned(),
+        };
+        let every_second = Schedule::parse("* * * * * *", "UTC").expect("valid");
+        let jobs = vec![job(&name, every_second, opts, worker(work))];
+        async move {
+            let kept: Arc<Mutex<Option<Arc<dyn baton::store::Store>>>> = Arc::default();
+            let keep = kept.clone();
+            let instance = baton::instance::Instance::start_with(config, jobs, move |store| {
+                *keep.lock().expect("not poisoned") = Some(store.clone());
+                store
+            })
+            .await
+            .expect("instance starts");
+            let store = kept
+                .lock()
+                .expect("not poisoned")
+                .take()
+                .expect("the store");
+            (instance, store)
+        }
+    };
+    let (a, a_store) = start("a").await;
+    let (b, b_store) = start("b").await;
+    let requests = || a_store.round_trips() + b_store.round_trips();
+    let mut events = [a.subscribe(), b.subscribe()];
+    successes(&mut events, &name, 4).await;
+    let before = requests();
+    successes(&mut events, &name, runs as usize).await;
+    let sent = requests() - before;
+    a.stop(Duration::from_secs(1)).await;
+    b.stop(Duration::from_secs(1)).await;
+    sent
+}
+
+/// Waits for `n` successes of `job` on either of two instances.
+async fn successes(
+    events: &mut [tokio::sync::broadcast::Receiver<baton::instance::Event>; 2],
+    job: &str,
+    n: usize,
+) {
+    let [a, b] = events;
+    let mut seen = 0;
+    let counted = tokio::time::timeout(Duration::from_secs(20), async {
+        while seen < n {
+            // `recv` is cancel-safe: the branch not taken loses no event.
+            let e = tokio::select! {
+                e = a.recv() => e,
+                e = b.recv() => e,
+            };
+            if let Ok(e) = e {
+                if e.kind == EventKind::Success && e.job == job {
+                    seen += 1;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(
+        counted.is_ok(),
+        "only {seen} of {n} successes of {job} within 20 s"
+    );
+}
+
 /// Order 1: the next slot is due while the dead run's lease is still alive: it is skipped as an
 /// overlap, and a backup takes the old run over when the lease runs out.
 pub async fn next_slot_during_a_dead_runs_lease_is_skipped_then_the_run_is_taken_over(f: &Fixture) {

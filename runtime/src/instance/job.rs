@@ -146,6 +146,12 @@ pub(super) async fn claim_and_handle(
         }
     };
     let name = &job.name;
+    if matches!(
+        outcome,
+        ClaimOutcome::Won(_) | ClaimOutcome::Running { .. } | ClaimOutcome::Finished { .. }
+    ) {
+        inner.saw_started(name, slot);
+    }
     match outcome {
         ClaimOutcome::Won(lease) => {
             // A lease won before stop began is still run; stop then aborts it at once.
@@ -195,7 +201,9 @@ pub(super) async fn claim_and_handle(
 }
 
 /// Becomes a backup of a run: checks it after a random time in [heartbeat, 2 × heartbeat]
-/// with a takeover claim, until the run ends or this instance wins it.
+/// with a takeover claim, until the run ends, this instance wins it, or a newer slot of the
+/// job has started (the store would answer the takeover interrupted: nothing is left to take
+/// over, and the newer run's claim interrupts the run if its lease has run out).
 fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
     if !lock(&inner.watched).insert((job.name.clone(), slot)) {
         return;
@@ -209,6 +217,10 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
         if stopping || lock(&inner.attempts).contains_key(&key) {
             return;
         }
+        if inner.newer_started(&job.name, slot) {
+            tracing::debug!(job = %job.name, slot, "a newer slot has started; no takeover to watch for");
+            return;
+        }
         // A takeover runs the job's current version; a removed job is no longer watched.
         let Some(job) = inner.current_job(&job.name) else {
             return;
@@ -219,7 +231,8 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
 }
 
 /// Keeps an eye on a slot skipped as an overlap: if another instance claims it after the
-/// earlier run ended, this instance becomes its backup.
+/// earlier run ended, this instance becomes its backup; once a newer slot of the job has
+/// started, there is nothing left to watch.
 fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: i64) {
     let inner = inner.clone();
     let job = job.clone();
@@ -227,6 +240,11 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
         let mut blocking_ended = false;
         loop {
             if inner.sleep_or_stop(backup_delay(&job)).await {
+                return;
+            }
+            // A newer slot has started: a claim of this one could only be superseded, and
+            // a run of it (if another instance won it) could not be taken over.
+            if inner.newer_started(&job.name, slot) {
                 return;
             }
             let Some(job) = inner.current_job(&job.name) else {

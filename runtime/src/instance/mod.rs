@@ -146,6 +146,10 @@ pub(crate) struct Inner {
     attempts: Mutex<HashMap<(String, i64), ActiveAttempt>>,
     attempt_ended: Notify,
     watched: Mutex<HashSet<(String, i64)>>,
+    /// The newest slot of each job this instance has seen started (a claim answered won,
+    /// running or finished). A backup of an older slot has nothing left to take over: the
+    /// store interrupts a dead run once a newer one has started, so its watch ends.
+    newest_started: Mutex<HashMap<String, i64>>,
     /// The current version of every job, by name.
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     /// Woken whenever a job is replaced or removed.
@@ -175,6 +179,25 @@ impl Inner {
             _ = tokio::time::sleep(d) => self.is_stopping(),
             _ = stopped => true,
         }
+    }
+
+    /// Notes that `slot` of `job` has started (some runner won its claim).
+    fn saw_started(&self, job: &str, slot: i64) {
+        let mut newest = lock(&self.newest_started);
+        match newest.get_mut(job) {
+            Some(s) => *s = (*s).max(slot),
+            None => {
+                newest.insert(job.to_owned(), slot);
+            }
+        }
+    }
+
+    /// Whether a slot of `job` newer than `slot` has started: a takeover of `slot` can then
+    /// only be answered interrupted (rule 3, the newer run first), never won.
+    fn newer_started(&self, job: &str, slot: i64) -> bool {
+        lock(&self.newest_started)
+            .get(job)
+            .is_some_and(|newest| *newest > slot)
     }
 
     /// The current version of a job, if it is still one of the instance's jobs.
@@ -310,6 +333,7 @@ impl Instance {
             attempts: Mutex::new(HashMap::new()),
             attempt_ended: Notify::new(),
             watched: Mutex::new(HashSet::new()),
+            newest_started: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
@@ -362,6 +386,7 @@ impl Instance {
     /// its end. Returns whether the job was there.
     pub fn remove_job(&self, name: &str) -> bool {
         let removed = lock(&self.inner.jobs).remove(name).is_some();
+        lock(&self.inner.newest_started).remove(name);
         self.inner.retired.notify_waiters();
         removed
     }
