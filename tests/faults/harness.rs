@@ -109,6 +109,7 @@ pub fn effects_job(
             period: period_s * 1000,
             max_attempts: 3,
             well_behaved,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
         },
         guest: env!("GUEST_SIDE_EFFECT"),
         toml: format!(
@@ -134,6 +135,7 @@ fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) 
             period: period_s * 1000,
             max_attempts: 3,
             well_behaved: false,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
         },
         guest,
         toml: format!("schedule = \"{}\"\n{extra}\n", every(period_s)),
@@ -305,6 +307,7 @@ pub struct Cluster {
     skew: HashMap<String, i64>,
     freezes: Vec<Span>,
     outages: Vec<Span>,
+    all_down: Vec<Span>,
     disturbed: Vec<Span>,
     window_from: i64,
     store_down_since: Option<i64>,
@@ -342,6 +345,7 @@ impl Cluster {
             skew: HashMap::new(),
             freezes: Vec::new(),
             outages: Vec::new(),
+            all_down: Vec::new(),
             disturbed: Vec::new(),
             window_from: i64::MAX,
             store_down_since: None,
@@ -499,6 +503,27 @@ impl Cluster {
             at,
         });
         self.disturb(at - 1_000, at + LEASE_MS + 2 * HEARTBEAT_MS + 2_000);
+    }
+
+    /// `kill -9` every runner still up, one right after the other; returns when the last died.
+    pub fn kill_all(&mut self) -> i64 {
+        for i in 0..self.runners.len() {
+            if self.runners[i].child.is_some() {
+                self.kill(i);
+            }
+        }
+        now_ms()
+    }
+
+    /// Records that every runner was down from `from` (the last one's death) to `to` (the
+    /// first one's start): the checker holds the slots due meanwhile to the catch-up rule.
+    pub fn all_down(&mut self, from: i64, to: i64) {
+        self.all_down.push(Span {
+            runner: None,
+            from,
+            to,
+        });
+        self.disturb(from, to + 1_000);
     }
 
     /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`.
@@ -722,6 +747,7 @@ impl Cluster {
             skew: self.skew.clone(),
             freezes: self.freezes.clone(),
             outages: self.outages.clone(),
+            all_down: self.all_down.clone(),
             disturbed: self.disturbed.clone(),
             stop_latency: STOP_LATENCY_MS,
             on_time: ON_TIME_MS,

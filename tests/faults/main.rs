@@ -1,8 +1,9 @@
 //! Fault injection across real processes and stores: several `baton run` processes on one jobs
 //! directory and one store (SQLite, Redis, Valkey, PostgreSQL), hit by `kill -9`, `SIGSTOP`,
 //! `SIGTERM`, a store stopped and restarted, a partition, latency, claims held up past
-//! `max_late`, and clocks hours off; a checker holds the store's history and the side effects
-//! to the rules of `spec/leases.md`, and a report is printed at the end.
+//! `max_late`, clocks hours off, and every runner down for several slots (catch-up on start); a
+//! checker holds the store's history and the side effects to the rules of `spec/leases.md`, and
+//! a report is printed at the end.
 //!
 //! `cargo test --test faults -- --nocapture` shows the report. `BATON_FAULTS_ONLY=redis` runs
 //! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::checker::{Input, Violation};
 use crate::harness::{
-    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, RunnerOptions,
+    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, Job, RunnerOptions,
 };
 
 /// A fault scenario.
@@ -27,6 +27,9 @@ pub enum Scenario {
     LateClaim,
     /// Two of three runners with clocks 3 hours off (behind and ahead), and a `kill -9`.
     ClockSkew,
+    /// Every runner killed (`kill -9`) for several slots, then one started again: the slots
+    /// due meanwhile are missed but for the latest, which it catches up.
+    AllDown,
 }
 
 /// What a scenario leaves for the checker and the report.
@@ -53,10 +56,12 @@ const MID_ATTEMPT: Duration = Duration::from_millis(300);
 /// `max_late = "0s"` plus the store's 10 s tolerance.
 const LATE_LIMIT_MS: i64 = 10_000;
 const WAIT: Duration = Duration::from_secs(20);
+/// How long every runner stays down: several slots of a job due every second.
+const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::Terminate,
@@ -65,6 +70,7 @@ impl Scenario {
         Scenario::Latency,
         Scenario::LateClaim,
         Scenario::ClockSkew,
+        Scenario::AllDown,
     ];
 
     /// Its name in the report.
@@ -78,6 +84,7 @@ impl Scenario {
             Scenario::Latency => "latency 100ms",
             Scenario::LateClaim => "late claim",
             Scenario::ClockSkew => "clock ±3h",
+            Scenario::AllDown => "all down",
         }
     }
 
@@ -87,9 +94,11 @@ impl Scenario {
     /// clock but a store with one.
     pub fn applies(self, backend: Backend) -> bool {
         match self {
-            Scenario::Kill | Scenario::Freeze | Scenario::Terminate | Scenario::StoreRestart => {
-                true
-            }
+            Scenario::Kill
+            | Scenario::Freeze
+            | Scenario::Terminate
+            | Scenario::StoreRestart
+            | Scenario::AllDown => true,
             Scenario::Partition | Scenario::Latency | Scenario::LateClaim | Scenario::ClockSkew => {
                 backend.is_network()
             }
@@ -111,6 +120,7 @@ impl Scenario {
                 vec![effects_job("late", 1, 1, 1, "max_late = \"0s\"", false)],
             ),
             Scenario::Latency | Scenario::ClockSkew => Cluster::new(backend, well_behaved()),
+            Scenario::AllDown => Cluster::new(backend, catch_up_jobs()),
             _ => Cluster::new(backend, with_neighbours()),
         };
         match self {
@@ -211,6 +221,28 @@ impl Scenario {
                 next_success(&c).await;
             }
             Scenario::LateClaim => late_claim(&mut c, &mut note).await,
+            Scenario::AllDown => {
+                c.start(2).await;
+                // Right after a slot was won, so no slot is half claimed when the last dies.
+                let after = now_ms();
+                c.wait_event(WAIT, "a win of catchup", |e| {
+                    e.kind == "won" && e.job.as_deref() == Some("catchup") && e.at >= after
+                })
+                .await;
+                let from = c.kill_all();
+                tokio::time::sleep(ALL_DOWN_FOR).await;
+                c.start_runner("r3", RunnerOptions::default()).await;
+                let to = now_ms();
+                c.all_down(from, to);
+                c.wait_event(WAIT, "a catch-up claim won", |e| {
+                    e.kind == "won" && e.reason == "catch-up" && e.at >= to - 5_000
+                })
+                .await;
+                // The schedule goes on after the catch-up.
+                for _ in 0..2 {
+                    next_success_of(&c, "catchup").await;
+                }
+            }
             Scenario::ClockSkew => {
                 c.start_runner("r1", RunnerOptions::default()).await;
                 c.start_runner(
@@ -260,6 +292,19 @@ impl Scenario {
         if self == Scenario::LateClaim {
             extra.extend(nothing_ran_late(&input, "late", LATE_LIMIT_MS));
         }
+        if self == Scenario::AllDown {
+            let (_, f) = crate::checker::check(&input);
+            note = format!(
+                "missed while all runners were down: {}, caught up: {}",
+                f.missed_all_down, f.caught_up
+            );
+            if f.missed_all_down == 0 || f.caught_up == 0 {
+                extra.push(Violation {
+                    rule: crate::checker::rules::CATCH_UP,
+                    detail: format!("the catch-up rule was not exercised: {note}"),
+                });
+            }
+        }
         Outcome {
             scenario: self,
             backend,
@@ -296,11 +341,24 @@ async fn recovered(c: &Cluster, at: i64) {
 
 /// Waits for the next success of `effects` on any runner.
 async fn next_success(c: &Cluster) {
+    next_success_of(c, "effects").await;
+}
+
+/// Waits for the next success of `job` on any runner.
+async fn next_success_of(c: &Cluster, job: &str) {
     let after = now_ms();
-    c.wait_event(WAIT, "a success of effects", |e| {
-        e.kind == "success" && e.job.as_deref() == Some("effects") && e.at >= after
+    c.wait_event(WAIT, &format!("a success of {job}"), |e| {
+        e.kind == "success" && e.job.as_deref() == Some(job) && e.at >= after
     })
     .await;
+}
+
+/// The jobs of the all-down scenario: `catchup` every second with the default catch-up window
+/// (5 minutes), and `nocatch` every 2 s with none (`catch_up = "0s"`): it catches nothing up.
+fn catch_up_jobs() -> Vec<Job> {
+    let mut nocatch = effects_job("nocatch", 2, 1, 1, "catch_up = \"0s\"", false);
+    nocatch.spec.catch_up = 0;
+    vec![effects_job("catchup", 1, 1, 1, "", true), nocatch]
 }
 
 /// One runner; once it has run the job, its link to the store is delayed 10.5 s each way, so
