@@ -19,7 +19,8 @@ use crate::lease::{
     TokenOutcome,
 };
 
-/// How long a call waits for another process's write lock before it fails: 10 s.
+/// How long a call waits for another process's write lock before it fails, unless the URL's
+/// `?timeout=DURATION` says otherwise (`sqlite://baton.db?timeout=30s`): 10 s.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema, one script per version; version N is reached by running scripts 1..=N.
@@ -68,9 +69,19 @@ impl SqliteStore {
     /// [`StoreError::ReadOnly`] for one that cannot be written, and
     /// [`StoreError::NewerSchema`] for one written by a newer Baton; each names the path.
     pub async fn open(path: impl Into<String>, namespace: &str) -> Result<Self, StoreError> {
+        Self::open_with(path, namespace, BUSY_TIMEOUT).await
+    }
+
+    /// Opens the database as [`SqliteStore::open`] does, with calls that wait up to
+    /// `busy_timeout` for another process's write lock (the URL's `?timeout=`).
+    pub async fn open_with(
+        path: impl Into<String>,
+        namespace: &str,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let path: Arc<str> = path.into().into();
         let p = path.clone();
-        let conn = tokio::task::spawn_blocking(move || open_blocking(&p))
+        let conn = tokio::task::spawn_blocking(move || open_blocking(&p, busy_timeout))
             .await
             .map_err(|e| StoreError::Backend {
                 store: path.to_string(),
@@ -112,7 +123,7 @@ fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn open_blocking(path: &str) -> Result<Connection, StoreError> {
+fn open_blocking(path: &str, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -139,7 +150,7 @@ fn open_blocking(path: &str) -> Result<Connection, StoreError> {
     }
     let setup = || -> Result<Connection, rusqlite::Error> {
         let conn = Connection::open_with_flags(path, flags)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.busy_timeout(busy_timeout)?;
         // Reading the header first turns a foreign file into NotADatabase here, not later.
         conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
             r.get::<_, i64>(0)
