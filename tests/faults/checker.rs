@@ -130,7 +130,8 @@ pub struct Input {
     pub skew: HashMap<String, i64>,
     /// When a runner was frozen (`SIGSTOP` to `SIGCONT`): it cannot stop its guests meanwhile.
     pub freezes: Vec<Span>,
-    /// When no runner could run a slot because the store was out of reach for all of them.
+    /// When no runner could run a slot because the store was out of reach for all of them, or
+    /// answered their claims only once they were late.
     pub outages: Vec<Span>,
     /// When every runner was down: from the last one's `kill -9` to the first one's start.
     /// The slots due meanwhile are missed, but for the latest, which a runner that starts

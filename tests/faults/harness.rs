@@ -283,6 +283,9 @@ impl Runner {
 pub struct RunnerOptions {
     /// Its clock is this far off, through `faketime -f` (e.g. "-3h").
     pub faketime: Option<(&'static str, i64)>,
+    /// How long its store operations wait for an answer: the store URL's `?timeout=` (e.g.
+    /// "30s"); the store's default when `None`.
+    pub store_timeout: Option<&'static str>,
 }
 
 /// A fault injected at a time, against a runner: the checker's takeover time counts from it.
@@ -360,7 +363,11 @@ impl Cluster {
             Some(target) => Some(Proxy::start(target).await),
             None => None,
         };
-        let url = self.store.url(self.backend, proxy.as_ref().map(|p| p.port));
+        let mut url = self.store.url(self.backend, proxy.as_ref().map(|p| p.port));
+        if let Some(timeout) = options.store_timeout {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            url = format!("{url}{sep}timeout={timeout}");
+        }
         let jobs = self.dir.path().join("jobs").display().to_string();
         let mut cmd = match options.faketime {
             Some((offset, skew)) => {
@@ -590,6 +597,27 @@ impl Cluster {
         proxy.set_delay(delay);
     }
 
+    /// Stalls what runner `i` sends to the store for `stall`: everything it sends meanwhile
+    /// reaches the store when the stall ends, and the store's answers come back at once. On
+    /// SQLite, where no network lies between the runner and the file, another connection holds
+    /// the file's write lock for `stall`: every runner's transaction waits for it (up to its
+    /// busy timeout, the store URL's `?timeout=`) and goes on when the lock is let go.
+    pub fn stall_requests(&mut self, i: usize, stall: Duration) {
+        match &self.store {
+            Store::Sqlite { path, .. } => {
+                let release = baton_tests::lock_sqlite_file(path);
+                tokio::spawn(async move {
+                    tokio::time::sleep(stall).await;
+                    let _ = release.send(());
+                });
+            }
+            _ => {
+                let proxy = self.runners[i].proxy.as_ref().expect("a proxied runner");
+                proxy.stall_requests(stall);
+            }
+        }
+    }
+
     /// Stops the store: Redis and Valkey are killed (`kill -9`; their append-only file keeps
     /// the data), PostgreSQL (the machine's server, which the tests cannot restart) is cut off
     /// from every runner by their proxies, and a SQLite file is locked by another connection.
@@ -597,21 +625,7 @@ impl Cluster {
         let at = now_ms();
         match &mut self.store {
             Store::Sqlite { path, lock } => {
-                let (locked_tx, locked_rx) = mpsc::channel();
-                let (release_tx, release_rx) = mpsc::channel::<()>();
-                let path = path.clone();
-                std::thread::spawn(move || {
-                    let conn = rusqlite::Connection::open(&path).expect("open the file");
-                    conn.busy_timeout(Duration::from_secs(10))
-                        .expect("busy timeout");
-                    conn.execute_batch("BEGIN EXCLUSIVE")
-                        .expect("lock the file");
-                    locked_tx.send(()).expect("report the lock");
-                    let _ = release_rx.recv();
-                    let _ = conn.execute_batch("ROLLBACK");
-                });
-                locked_rx.recv().expect("the file is locked");
-                *lock = Some(release_tx);
+                *lock = Some(baton_tests::lock_sqlite_file(path));
             }
             Store::RedisLike { server, .. } => {
                 drop(server.take());
@@ -673,7 +687,8 @@ impl Cluster {
         }
     }
 
-    /// Records a span in which no runner could get a claim answered in time.
+    /// Records a span in which no runner could get a claim answered in time: the store was out
+    /// of reach, or answered only after the slot's claim was late.
     pub fn outage(&mut self, from: i64, to: i64) {
         self.outages.push(Span {
             runner: None,

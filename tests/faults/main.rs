@@ -5,6 +5,9 @@
 //! checker holds the store's history and the side effects to the rules of `spec/leases.md`, and
 //! a report is printed at the end.
 //!
+//! A scenario that cannot apply to a backend (a partition or added latency on SQLite, which has
+//! no network between a runner and the file) is a row of the report too, "n/a" with the reason.
+//!
 //! `cargo test --test faults -- --nocapture` shows the report. `BATON_FAULTS_ONLY=redis` runs
 //! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and
 //! `BATON_FAULTS_DEBUG=1` prints the story of every run with a died attempt.
@@ -29,10 +32,11 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
     let mut rows = Vec::new();
     let only = std::env::var("BATON_FAULTS_SCENARIO").ok();
     let chosen = |s: &Scenario| only.as_deref().is_none_or(|o| s.name().contains(o));
-    for scenario in Scenario::ALL
-        .into_iter()
-        .filter(|s| s.applies(backend) && chosen(s))
-    {
+    for scenario in Scenario::ALL.into_iter().filter(chosen) {
+        if let Some(why) = scenario.not_applicable(backend) {
+            rows.push(report::not_applicable(scenario, backend, why));
+            continue;
+        }
         let started = Instant::now();
         let joined = rt.block_on(async { tokio::spawn(scenario.run(backend)).await });
         let row = match joined {

@@ -23,7 +23,8 @@ pub enum Scenario {
     Partition,
     /// 100 ms added each way between one runner and the store.
     Latency,
-    /// One runner alone, its claims held up past `max_late` + 10 s.
+    /// One runner alone, its claims held up past `max_late` + 10 s (stalled in its proxy, or
+    /// on SQLite behind the file's write lock), and it waits for the store's answer.
     LateClaim,
     /// Two of three runners with clocks 3 hours off (behind and ahead), and a `kill -9`.
     ClockSkew,
@@ -55,6 +56,9 @@ const FOR_LONGER_THAN_THE_LEASE_MS: u64 = 2_500;
 const MID_ATTEMPT: Duration = Duration::from_millis(300);
 /// `max_late = "0s"` plus the store's 10 s tolerance.
 const LATE_LIMIT_MS: i64 = 10_000;
+/// How long the late-claim scenario stalls a runner's requests: the first slot due after the
+/// stall began (within 1 s) is still claimed past [`LATE_LIMIT_MS`].
+const STALL: Duration = Duration::from_millis(12_000);
 const WAIT: Duration = Duration::from_secs(20);
 /// How long every runner stays down: several slots of a job due every second.
 const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
@@ -88,20 +92,19 @@ impl Scenario {
         }
     }
 
-    /// Whether it applies to `backend`. A SQLite store has no network to cut, delay or hold up
-    /// (its claim is a transaction in the runner's own process), and its clock is the clock of
-    /// the process that opens the file: a `faketime` runner would not be a runner with a wrong
-    /// clock but a store with one.
-    pub fn applies(self, backend: Backend) -> bool {
+    /// Whether it applies to `backend`: `None` when it does, else why not.
+    ///
+    /// A SQLite store has no network between a runner and the file: its claim is a transaction
+    /// in the runner's own process, so there is no link to cut or delay. A claim held up on
+    /// SQLite waits for the file's write lock instead (see [`Cluster::stall_requests`]), and
+    /// its clock is the kernel's, which `faketime` does not reach, so a runner with a wrong
+    /// clock is only that, as on the network stores.
+    pub fn not_applicable(self, backend: Backend) -> Option<&'static str> {
         match self {
-            Scenario::Kill
-            | Scenario::Freeze
-            | Scenario::Terminate
-            | Scenario::StoreRestart
-            | Scenario::AllDown => true,
-            Scenario::Partition | Scenario::Latency | Scenario::LateClaim | Scenario::ClockSkew => {
-                backend.is_network()
+            Scenario::Partition | Scenario::Latency if !backend.is_network() => {
+                Some("no network between a runner and a SQLite file")
             }
+            _ => None,
         }
     }
 
@@ -220,7 +223,7 @@ impl Scenario {
                 note = format!("delayed runner won {wins} claims meanwhile");
                 next_success(&c).await;
             }
-            Scenario::LateClaim => late_claim(&mut c, &mut note).await,
+            Scenario::LateClaim => late_claim(&mut c, &mut note, &mut extra).await,
             Scenario::AllDown => {
                 c.start(2).await;
                 // Right after a slot was won, so no slot is half claimed when the last dies.
@@ -249,6 +252,7 @@ impl Scenario {
                     "behind",
                     RunnerOptions {
                         faketime: Some(("-3h", -3 * 3_600_000)),
+                        ..RunnerOptions::default()
                     },
                 )
                 .await;
@@ -256,6 +260,7 @@ impl Scenario {
                     "ahead",
                     RunnerOptions {
                         faketime: Some(("+3h", 3 * 3_600_000)),
+                        ..RunnerOptions::default()
                     },
                 )
                 .await;
@@ -326,7 +331,10 @@ fn skewed_like(id: &str) -> RunnerOptions {
     } else {
         None
     };
-    RunnerOptions { faketime }
+    RunnerOptions {
+        faketime,
+        ..RunnerOptions::default()
+    }
 }
 
 /// Waits until the run hit at `at` was taken over or interrupted (or a newer one won).
@@ -361,11 +369,16 @@ fn catch_up_jobs() -> Vec<Job> {
     vec![effects_job("catchup", 1, 1, 1, "", true), nocatch]
 }
 
-/// One runner; once it has run the job, its link to the store is delayed 10.5 s each way, so
-/// every claim reaches the store after `max_late` (0 s) + 10 s. The store must answer late, and
-/// no slot may run that late.
-async fn late_claim(c: &mut Cluster, note: &mut String) {
-    c.start_runner("r1", RunnerOptions::default()).await;
+/// One runner, whose store operations wait up to 30 s for an answer (`?timeout=30s`); once it
+/// has run the job, what it sends to the store stalls for 12 s, so the claim of the next slot
+/// reaches the store more than `max_late` (0 s) + 10 s after its slot. The store must answer
+/// late, the runner must hear it, and no slot may run that late.
+async fn late_claim(c: &mut Cluster, note: &mut String, extra: &mut Vec<Violation>) {
+    let patient = RunnerOptions {
+        store_timeout: Some("30s"),
+        ..RunnerOptions::default()
+    };
+    c.start_runner("r1", patient).await;
     c.open_window();
     let after = now_ms();
     c.wait_event(WAIT, "a success of late", |e| {
@@ -373,24 +386,35 @@ async fn late_claim(c: &mut Cluster, note: &mut String) {
     })
     .await;
     let from = now_ms();
-    c.delay(0, Duration::from_millis(10_500));
-    // Long enough for the first held-up claim to reach the store. A client that waits hears
-    // `late`; one that gives up first (the Redis client's 5 s response timeout, PostgreSQL's
-    // 5 s pool acquire with its ping) logs `claim failed`, and what it sent still reaches the
-    // store late. Either way no slot may run late: the store's history shows it.
-    tokio::time::sleep(Duration::from_millis(12_000)).await;
-    c.delay(0, Duration::ZERO);
-    let to = now_ms();
-    c.outage(from, to);
+    c.stall_requests(0, STALL);
+    c.wait_event(WAIT, "the store's late answer", |e| {
+        e.kind == "late" && e.at >= from
+    })
+    .await;
+    // The job's loop waits for each claim's answer and then claims only the latest due slot:
+    // the slots due meanwhile were never claimed, as when the store is out of reach. The spell
+    // ends when a claim sent after the stall is answered in time.
+    let stall_end = from + i64::try_from(STALL.as_millis()).unwrap_or(i64::MAX);
+    let back = c
+        .wait_event(WAIT, "a claim answered in time", |e| {
+            matches!(e.kind.as_str(), "won" | "backup" | "skip")
+                && e.slot.is_some_and(|s| s >= stall_end)
+        })
+        .await;
+    c.outage(from, back.at);
     let events = c.events();
     let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    let heard = count("late");
     *note = format!(
-        "late answers heard: {}, claims failed (client timeout): {}",
-        count("late"),
+        "late answers heard: {heard}, claims failed (client timeout): {}",
         count("claim failed")
     );
-    // The claims still queued in the proxy reach the store late too; let them land.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    if heard == 0 {
+        extra.push(Violation {
+            rule: "a late claim is answered late",
+            detail: "the runner heard no late answer".into(),
+        });
+    }
 }
 
 /// No run of `job` started later than `limit` ms after its slot.
