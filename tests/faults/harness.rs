@@ -255,6 +255,31 @@ impl Store {
     }
 }
 
+/// libfaketime's preload library (what the `faketime` command preloads):
+/// `BATON_TEST_LIBFAKETIME`, else where Debian's `libfaketime` package puts it.
+fn libfaketime() -> PathBuf {
+    if let Some(path) = std::env::var_os("BATON_TEST_LIBFAKETIME") {
+        return PathBuf::from(path);
+    }
+    let multiarch = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"));
+    let fixed = ["/usr/lib/faketime", "/usr/local/lib/faketime"]
+        .into_iter()
+        .map(|d| Path::new(d).join("libfaketime.so.1"));
+    multiarch
+        .chain(fixed)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "libfaketime.so.1 not found: install faketime (`apt-get install faketime`), or \
+                 set BATON_TEST_LIBFAKETIME to the library"
+            )
+        })
+}
+
 /// One `baton run` process.
 pub struct Runner {
     /// Its runner id.
@@ -281,7 +306,7 @@ impl Runner {
 /// How a runner is started.
 #[derive(Clone, Copy, Default)]
 pub struct RunnerOptions {
-    /// Its clock is this far off, through `faketime -f` (e.g. "-3h").
+    /// Its clock is this far off (e.g. "-3h"), through libfaketime (`FAKETIME`).
     pub faketime: Option<(&'static str, i64)>,
     /// How long its store operations wait for an answer: the store URL's `?timeout=` (e.g.
     /// "30s"); the store's default when `None`.
@@ -369,15 +394,14 @@ impl Cluster {
             url = format!("{url}{sep}timeout={timeout}");
         }
         let jobs = self.dir.path().join("jobs").display().to_string();
-        let mut cmd = match options.faketime {
-            Some((offset, skew)) => {
-                self.skew.insert(id.to_owned(), skew);
-                let mut cmd = Command::new("faketime");
-                cmd.args(["-f", offset]).arg(baton_tests::baton_binary());
-                cmd
-            }
-            None => Command::new(baton_tests::baton_binary()),
-        };
+        let mut cmd = Command::new(baton_tests::baton_binary());
+        if let Some((offset, skew)) = options.faketime {
+            self.skew.insert(id.to_owned(), skew);
+            // Preloaded into `baton` itself rather than through the `faketime` command, which
+            // forks: the runner stays this process's child, so `kill -9` (and the death of the
+            // test process) reaches it, not only the wrapper.
+            cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
+        }
         for (key, _) in std::env::vars() {
             if key.starts_with("BATON_") {
                 cmd.env_remove(key);
