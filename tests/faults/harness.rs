@@ -1,7 +1,7 @@
-//! The harness: one store (for Redis and Valkey a server of our own, restartable with its data),
-//! one jobs directory, and several real `baton run` processes with their own runner ids, each
-//! (on a network store) behind its own fault proxy; the faults; and what the checker reads at
-//! the end.
+//! The harness: one store (for Redis, Valkey and PostgreSQL a server of our own, restartable with
+//! its data; for SQLite a file), one jobs directory, and several real `baton run` processes with
+//! their own runner ids, each (on a network store) behind its own fault proxy; the faults; and
+//! what the checker reads at the end.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -46,7 +46,7 @@ pub enum Backend {
     Redis,
     /// A `valkey-server` of our own, with an append-only file.
     Valkey,
-    /// The machine's PostgreSQL, in a schema of these tests.
+    /// A PostgreSQL server of our own (`initdb` in a temporary directory).
     Postgres,
 }
 
@@ -178,26 +178,12 @@ enum Store {
         dir: tempfile::TempDir,
         server: Option<Server>,
     },
-    Postgres,
+    Postgres {
+        server: servers::Postgres,
+    },
 }
 
 const REDIS_PERSISTENCE: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
-
-/// The machine's PostgreSQL, in a schema of the fault tests only.
-fn postgres_url(host_port: &str) -> String {
-    let base = baton_tests::backends::postgres_url();
-    let rest = base.split_once('@').map_or("postgres", |(user, _)| user);
-    let user = rest.trim_start_matches("postgres://");
-    let db = base.rsplit_once('/').map_or("test", |(_, db)| db);
-    format!("postgres://{user}@{host_port}/{db}?schema=baton_faults")
-}
-
-fn postgres_target() -> String {
-    let base = baton_tests::backends::postgres_url();
-    base.split_once('@')
-        .and_then(|(_, rest)| rest.split_once('/'))
-        .map_or("127.0.0.1:5432".to_owned(), |(hp, _)| hp.to_owned())
-}
 
 impl Store {
     fn start(backend: Backend, dir: &Path) -> Store {
@@ -223,7 +209,9 @@ impl Store {
                     server: Some(server),
                 }
             }
-            Backend::Postgres => Store::Postgres,
+            Backend::Postgres => Store::Postgres {
+                server: servers::Postgres::start(),
+            },
         }
     }
 
@@ -232,7 +220,7 @@ impl Store {
         match self {
             Store::Sqlite { .. } => None,
             Store::RedisLike { port, .. } => Some(format!("127.0.0.1:{port}")),
-            Store::Postgres => Some(postgres_target()),
+            Store::Postgres { server } => Some(format!("127.0.0.1:{}", server.port)),
         }
     }
 
@@ -250,7 +238,10 @@ impl Store {
                 let hp = host_port.unwrap_or(format!("127.0.0.1:{port}"));
                 format!("{scheme}://{hp}")
             }
-            Store::Postgres => postgres_url(&host_port.unwrap_or_else(postgres_target)),
+            Store::Postgres { server } => {
+                let hp = host_port.unwrap_or(format!("127.0.0.1:{}", server.port));
+                server.url(&hp, "schema=baton_faults")
+            }
         }
     }
 }
@@ -643,8 +634,9 @@ impl Cluster {
     }
 
     /// Stops the store: Redis and Valkey are killed (`kill -9`; their append-only file keeps
-    /// the data), PostgreSQL (the machine's server, which the tests cannot restart) is cut off
-    /// from every runner by their proxies, and a SQLite file is locked by another connection.
+    /// the data), PostgreSQL (a server of the test's own) is stopped immediately (no
+    /// checkpoint; its write-ahead log keeps the data), and a SQLite file is locked by another
+    /// connection.
     pub fn stop_store(&mut self) {
         let at = now_ms();
         match &mut self.store {
@@ -654,13 +646,7 @@ impl Cluster {
             Store::RedisLike { server, .. } => {
                 drop(server.take());
             }
-            Store::Postgres => {
-                for r in &self.runners {
-                    if let Some(p) = &r.proxy {
-                        p.set(Mode::Partition);
-                    }
-                }
-            }
+            Store::Postgres { server } => server.stop_immediately(),
         }
         self.store_down_since = Some(at);
         for r in self.runners.iter().filter(|r| r.child.is_some()) {
@@ -692,13 +678,7 @@ impl Cluster {
                     &REDIS_PERSISTENCE,
                 ));
             }
-            Store::Postgres => {
-                for r in &self.runners {
-                    if let Some(p) = &r.proxy {
-                        p.set(Mode::Pass);
-                    }
-                }
-            }
+            Store::Postgres { server } => server.start_again(),
         }
         if let Some(from) = self.store_down_since.take() {
             let to = now_ms();

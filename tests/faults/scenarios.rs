@@ -184,7 +184,9 @@ impl Scenario {
                 next_success(&c).await;
                 note = match backend {
                     Backend::Sqlite => "file locked by another connection",
-                    Backend::Postgres => "machine's server: every runner partitioned",
+                    Backend::Postgres => {
+                        "server stopped (immediate), restarted on its port with its WAL"
+                    }
                     _ => "server killed, restarted on its port with its AOF",
                 }
                 .into();
