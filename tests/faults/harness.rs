@@ -246,6 +246,26 @@ impl Store {
     }
 }
 
+/// Whether another connection holds the write lock of the SQLite file at `path` now and still
+/// 100 ms later: a runner stopped inside its transaction, not one passing through its own.
+fn write_lock_held(path: &Path) -> bool {
+    let Ok(conn) = rusqlite::Connection::open(path) else {
+        return false;
+    };
+    // Not to wait for the lock (rusqlite waits 5 s by default): only to see it.
+    if conn.busy_timeout(Duration::ZERO).is_err() {
+        return false;
+    }
+    for _ in 0..3 {
+        if conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
+            let _ = conn.execute_batch("ROLLBACK");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 /// libfaketime's preload library (what the `faketime` command preloads):
 /// `BATON_TEST_LIBFAKETIME`, else where Debian's `libfaketime` package puts it.
 fn libfaketime() -> PathBuf {
@@ -332,6 +352,8 @@ pub struct Cluster {
     store_down_since: Option<i64>,
     /// Faults after which a backup takes over within lease + 2 × heartbeat.
     pub deaths: Vec<Fault>,
+    /// Whether a frozen runner held the SQLite file's write lock (see [`Cluster::freeze`]).
+    pub frozen_holding_the_file: bool,
     /// Faults after which a backup takes over within the stop timeout + 2 × heartbeat.
     pub hand_overs: Vec<Fault>,
 }
@@ -369,6 +391,7 @@ impl Cluster {
             window_from: i64::MAX,
             store_down_since: None,
             deaths: Vec::new(),
+            frozen_holding_the_file: false,
             hand_overs: Vec::new(),
         }
     }
@@ -549,9 +572,22 @@ impl Cluster {
     }
 
     /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`.
+    ///
+    /// On SQLite the runner may be stopped inside one of its transactions, holding the file's
+    /// write lock: then every runner's call waits until it wakes, the store is out of reach for
+    /// all of them meanwhile (an outage), and a takeover can only count from the wake.
     pub async fn freeze(&mut self, i: usize, for_ms: u64) {
         let from = now_ms();
         self.runners[i].signal(libc::SIGSTOP);
+        let held = match &self.store {
+            Store::Sqlite { path, .. } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || write_lock_held(&path))
+                    .await
+                    .unwrap_or(false)
+            }
+            _ => false,
+        };
         tokio::time::sleep(Duration::from_millis(for_ms)).await;
         self.runners[i].signal(libc::SIGCONT);
         let to = now_ms();
@@ -561,7 +597,16 @@ impl Cluster {
             from,
             to,
         });
-        self.deaths.push(Fault { runner, at: from });
+        if held {
+            self.frozen_holding_the_file = true;
+            self.outages.push(Span {
+                runner: None,
+                from,
+                to,
+            });
+        }
+        let at = if held { to } else { from };
+        self.deaths.push(Fault { runner, at });
         self.disturb(from - 1_000, to + 2_000);
     }
 
@@ -782,5 +827,28 @@ impl Drop for Cluster {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_lock_held_by_another_connection_is_seen_and_a_free_file_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("baton.db");
+        rusqlite::Connection::open(&path)
+            .and_then(|c| c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x);"))
+            .expect("a database");
+        assert!(!write_lock_held(&path));
+        let release = baton_tests::lock_sqlite_file(&path);
+        assert!(write_lock_held(&path));
+        drop(release);
+        let free = (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            !write_lock_held(&path)
+        });
+        assert!(free, "the lock is let go");
     }
 }

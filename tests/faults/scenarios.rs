@@ -153,6 +153,9 @@ impl Scenario {
                     })
                     .await;
                 note = format!("woken runner: lost ({})", lost.reason);
+                if c.frozen_holding_the_file {
+                    note.push_str("; it was frozen holding the file's write lock");
+                }
                 recovered(&c, at).await;
                 next_success(&c).await;
             }
