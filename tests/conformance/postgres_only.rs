@@ -438,3 +438,37 @@ async fn connection_cut_mid_operation_is_a_retryable_error_and_the_store_recover
         "the retried claim wins: {answer:?}"
     );
 }
+
+/// The store's `?timeout=` bounds each operation's wait for its answer: an answer slower than
+/// it is a retryable error, a longer timeout waits for the same slow answer, and the store
+/// keeps working once answers are quick again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_parameter_sets_how_long_an_operation_waits_for_its_answer() {
+    let proxy = Proxy::start(server_address()).await;
+    let namespace = baton_tests::unique("t");
+    let at = url_at(&format!("127.0.0.1:{}", proxy.port));
+    let open = |timeout: &str| {
+        let url = format!("{at}&timeout={timeout}");
+        let namespace = namespace.clone();
+        async move {
+            store::open(&url, &namespace)
+                .await
+                .expect("open through the proxy")
+        }
+    };
+    let impatient = open("200ms").await;
+    let patient = open("5s").await;
+    proxy.set_delay(Duration::from_millis(300));
+    let err = impatient.now().await.expect_err("an answer after 600 ms");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("?timeout="), "{err}");
+    patient.now().await.expect("the same answer within 5 s");
+    proxy.set_delay(Duration::ZERO);
+    impatient.now().await.expect("quick answers again");
+    let err = match store::open(&format!("{at}&timeout=0s"), &namespace).await {
+        Ok(_) => panic!("a zero timeout opened"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, StoreError::InvalidUrl { .. }), "{err}");
+    assert!(err.to_string().contains("timeout parameter"), "{err}");
+}

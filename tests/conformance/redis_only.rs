@@ -12,6 +12,14 @@ use baton_tests::{store_now, unique};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
+/// The host and port of the machine's Redis, for a proxy.
+fn redis_address() -> String {
+    redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
 async fn open_err(url: &str) -> StoreError {
     match store::open(url, "baton").await {
         Ok(_) => panic!("{url} opened, but should not"),
@@ -126,11 +134,7 @@ async fn server_of_another_kind_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
-    let target = redis_url()
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = Proxy::start(target).await;
+    let proxy = Proxy::start(redis_address()).await;
     let namespace = unique("t");
     let url = format!("redis://127.0.0.1:{}", proxy.port);
     let through_proxy = store::open(&url, &namespace).await.expect("open via proxy");
@@ -203,4 +207,33 @@ async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
         ),
         "a second claimer sees the one winner"
     );
+}
+
+/// The store's `?timeout=` is its response timeout: an answer slower than it is a retryable
+/// error, and a longer timeout waits for the same slow answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_parameter_sets_how_long_an_operation_waits_for_its_answer() {
+    let proxy = Proxy::start(redis_address()).await;
+    let namespace = unique("t");
+    let open = |timeout: &str| {
+        let url = format!("redis://127.0.0.1:{}?timeout={timeout}", proxy.port);
+        let namespace = namespace.clone();
+        async move { store::open(&url, &namespace).await.expect("open via proxy") }
+    };
+    let impatient = open("200ms").await;
+    let patient = open("5s").await;
+    proxy.set_delay(Duration::from_millis(300));
+    let err = impatient.now().await.expect_err("an answer after 600 ms");
+    assert!(err.is_retryable(), "{err}");
+    patient.now().await.expect("the same answer within 5 s");
+    proxy.set_delay(Duration::ZERO);
+    let err = open_err(&format!(
+        "redis://u:hunter2@127.0.0.1:{}?timeout=soon",
+        proxy.port
+    ))
+    .await;
+    let msg = err.to_string();
+    assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
+    assert!(msg.contains("timeout parameter"), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
 }

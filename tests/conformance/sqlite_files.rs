@@ -1,4 +1,5 @@
-//! What the SQLite store says about files it cannot use: each message names the path.
+//! What the SQLite store says about files it cannot use (each message names the path), and how
+//! long it waits for another process's write lock (`?timeout=`).
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -95,4 +96,42 @@ async fn unknown_scheme_names_the_schemes_that_exist() {
         msg.contains("\"mongodb\"") && msg.contains("sqlite://"),
         "{msg}"
     );
+}
+
+/// `?timeout=` is the busy timeout: a call waits that long for another process's write lock on
+/// the file, and fails (retryably) after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_parameter_sets_how_long_a_call_waits_for_the_write_lock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("busy.db");
+    let url = |timeout: &str| format!("sqlite://{}?timeout={timeout}", path.display());
+    let impatient = store::open(&url("50ms"), "ns").await.expect("open");
+    let patient = store::open(&url("10s"), "ns").await.expect("open");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let file = path.clone();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&file).expect("open the file");
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+        locked_tx.send(()).expect("report the lock");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        conn.execute_batch("ROLLBACK").expect("let go of the lock");
+    });
+    locked_rx.recv().expect("the file is locked");
+    let err = impatient
+        .release("job", 0, baton::lease::Token::random())
+        .await
+        .expect_err("the write lock is held for 500 ms");
+    assert!(err.is_retryable(), "{err}");
+    patient
+        .release("job", 0, baton::lease::Token::random())
+        .await
+        .expect("waits for the lock");
+    holder.join().expect("the lock holder");
+    let err = store::open(&url("later"), "ns")
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, StoreError::InvalidUrl { .. }), "{err:?}");
+    assert!(err.to_string().contains("timeout parameter"), "{err}");
 }

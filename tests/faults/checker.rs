@@ -94,7 +94,13 @@ pub struct JobSpec {
     pub max_attempts: u32,
     /// A well-behaved job must keep its schedule outside the faults' disturbance.
     pub well_behaved: bool,
+    /// Its `catch_up` window, ms: a runner that starts claims the latest missed slot if it was
+    /// due less than this long ago.
+    pub catch_up: i64,
 }
+
+/// The spec's default `catch_up`: 5 minutes.
+pub const DEFAULT_CATCH_UP_MS: i64 = 300_000;
 
 /// A span of time, for one runner or for all of them.
 #[derive(Clone, Debug)]
@@ -124,8 +130,13 @@ pub struct Input {
     pub skew: HashMap<String, i64>,
     /// When a runner was frozen (`SIGSTOP` to `SIGCONT`): it cannot stop its guests meanwhile.
     pub freezes: Vec<Span>,
-    /// When no runner could run a slot: all of them down, or the store out of reach for all.
+    /// When no runner could run a slot because the store was out of reach for all of them, or
+    /// answered their claims only once they were late.
     pub outages: Vec<Span>,
+    /// When every runner was down: from the last one's `kill -9` to the first one's start.
+    /// The slots due meanwhile are missed, but for the latest, which a runner that starts
+    /// catches up (spec, "Catch-up on start").
+    pub all_down: Vec<Span>,
     /// When a fault (and its recovery) was going on: well-behaved jobs may be off schedule then.
     pub disturbed: Vec<Span>,
     /// How long a host may take to stop a guest once it can run: the allowance for side effects
@@ -156,6 +167,9 @@ pub mod rules {
     pub const ORDER: &str = "no older run after a newer one";
     /// Every due slot is accounted for.
     pub const ACCOUNTED: &str = "every slot accounted for";
+    /// After all runners were down, only the latest missed slot is caught up, within the
+    /// catch-up window, and never more than one.
+    pub const CATCH_UP: &str = "catch-up on start";
     /// No side effect of a fenced attempt later than its lease end plus the stop latency.
     pub const ZOMBIE: &str = "zombie side effect";
     /// Well-behaved jobs keep their schedule beside misbehaving ones.
@@ -178,6 +192,10 @@ pub struct Figures {
     pub zombie_after_lease_end: Option<i64>,
     /// The same, counted from when the runner could run again (after a freeze), ms.
     pub zombie_after_wake: Option<i64>,
+    /// Slots due while every runner was down that nobody ran: missed, as the spec allows.
+    pub missed_all_down: usize,
+    /// Slots due while every runner was down that a starting runner caught up.
+    pub caught_up: usize,
 }
 
 fn ms(v: &Value) -> Option<i64> {
@@ -278,6 +296,7 @@ fn lease_until(run: &Run, a: &Attempt) -> i64 {
 /// Checks every rule; returns the violations (none, when Baton keeps the spec) and the figures.
 pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
     let mut v = Vec::new();
+    let mut catch_up_counts = (0, 0);
     let mut by_job: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
     for run in &input.runs {
         by_job.entry(run.job.as_str()).or_default().push(run);
@@ -291,7 +310,8 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
         max_attempts(job, &runs, &mut v);
         stale_tokens(&runs, &mut v);
         order(&runs, &mut v);
-        accounted(input, job, &runs, &mut v);
+        let missed = catch_up(input, job, &runs, &mut v, &mut catch_up_counts);
+        accounted(input, job, &runs, &missed, &mut v);
         if job.well_behaved {
             schedule(input, job, &runs, &mut v);
         }
@@ -299,6 +319,8 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
     stale_finishes_reported(input, &mut v);
     let mut figures = Figures {
         runs: input.runs.len(),
+        missed_all_down: catch_up_counts.0,
+        caught_up: catch_up_counts.1,
         ..Figures::default()
     };
     for a in input.runs.iter().flat_map(|r| &r.attempts) {
@@ -531,7 +553,101 @@ fn slots(job: &JobSpec, (from, to): (i64, i64)) -> impl Iterator<Item = i64> {
         .take_while(move |s| *s <= to)
 }
 
-fn accounted(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>) {
+/// How late after its slot a caught-up run may start beyond the catch-up window: the jitter a
+/// starting runner waits (at most 2 s) and 1 s for a loaded machine.
+const CATCH_UP_SLACK_MS: i64 = 3_000;
+
+/// Holds the slots due while every runner was down to the catch-up rule; returns the slots it
+/// accounts for as missed while all runners were down. Per span, the slots due in it are
+/// missed, except the latest, which a starting runner catches up (reason `catch-up`) if it was
+/// due within the catch-up window; a slot due after the runners' loops started may run as
+/// scheduled. So: at most one caught-up slot; no slot after it missed; none caught up outside
+/// the window; and, when the window covers the whole outage, the latest one caught up.
+fn catch_up(
+    input: &Input,
+    job: &JobSpec,
+    runs: &[&Run],
+    v: &mut Vec<Violation>,
+    counts: &mut (usize, usize),
+) -> HashSet<i64> {
+    let by_slot: HashMap<i64, &&Run> = runs.iter().map(|r| (r.slot, r)).collect();
+    let mut missed = HashSet::new();
+    for span in &input.all_down {
+        let due: Vec<i64> = slots(job, (span.from, span.to)).collect();
+        let reason = |s: &i64| {
+            by_slot
+                .get(s)
+                .and_then(|r| r.attempts.first())
+                .map(|a| a.reason.as_str())
+        };
+        let caught: Vec<i64> = due
+            .iter()
+            .copied()
+            .filter(|s| reason(s) == Some("catch-up"))
+            .collect();
+        let mut bad = |detail: String| {
+            v.push(Violation {
+                rule: rules::CATCH_UP,
+                detail: format!(
+                    "{} (all runners down {}..{}): {detail}",
+                    job.name, span.from, span.to
+                ),
+            })
+        };
+        if caught.len() > 1 {
+            bad(format!("{} slots caught up: {caught:?}", caught.len()));
+        }
+        let latest = caught.last().copied();
+        let mut missed_here = 0;
+        for &slot in &due {
+            match (by_slot.get(&slot), latest) {
+                (None, Some(c)) if slot > c => {
+                    // Due while all were down, so accounted; but the wrong slot was caught up.
+                    missed.insert(slot);
+                    bad(format!(
+                        "slot {slot} missed, but the older slot {c} was caught up"
+                    ));
+                }
+                (None, _) => {
+                    missed_here += 1;
+                    missed.insert(slot);
+                }
+                (Some(_), _) => {}
+            }
+        }
+        for &c in &caught {
+            let started = by_slot
+                .get(&c)
+                .and_then(|r| r.attempts.first())
+                .map_or(c, |a| a.started_at);
+            if started - c > job.catch_up + CATCH_UP_SLACK_MS {
+                bad(format!(
+                    "slot {c} caught up {} ms after it was due, outside the catch-up window of {} ms",
+                    started - c,
+                    job.catch_up
+                ));
+            }
+        }
+        let whole_outage = span.to - span.from + job.period;
+        if latest.is_none() && missed_here > 0 && job.catch_up >= whole_outage {
+            bad(format!(
+                "no slot caught up, though the catch-up window ({} ms) covers the outage",
+                job.catch_up
+            ));
+        }
+        counts.1 += caught.len();
+    }
+    counts.0 += missed.len();
+    missed
+}
+
+fn accounted(
+    input: &Input,
+    job: &JobSpec,
+    runs: &[&Run],
+    missed_all_down: &HashSet<i64>,
+    v: &mut Vec<Violation>,
+) {
     let ran: HashSet<i64> = runs.iter().map(|r| r.slot).collect();
     let told: HashSet<i64> = input
         .events
@@ -542,12 +658,13 @@ fn accounted(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>
         .collect();
     for slot in slots(job, input.window) {
         // A slot due during an outage, or whose claims were still retrying when it ended.
-        let missed = within(&input.outages, slot, 0, 2_500);
-        if !ran.contains(&slot) && !told.contains(&slot) && !missed {
+        let unreachable = within(&input.outages, slot, 0, 2_500);
+        let down = missed_all_down.contains(&slot);
+        if !ran.contains(&slot) && !told.contains(&slot) && !unreachable && !down {
             v.push(Violation {
                 rule: rules::ACCOUNTED,
                 detail: format!(
-                    "{} slot {slot}: no run, no skip, no late answer, and no outage",
+                    "{} slot {slot}: no run, no skip, no late answer, no outage, and not missed while all runners were down",
                     job.name
                 ),
             });
@@ -696,6 +813,7 @@ mod tests {
                 period: 1000,
                 max_attempts: 2,
                 well_behaved: false,
+                catch_up: DEFAULT_CATCH_UP_MS,
             }],
             runs,
             window: (10_000, 12_000),
@@ -834,6 +952,89 @@ mod tests {
             to: 11_200,
         });
         assert!(broken(&down).is_empty());
+    }
+
+    /// All runners down from 10_500 to 14_200: slots 11_000..=14_000 were due meanwhile, and
+    /// the runner that started caught up 14_000; slot 15_000 ran as scheduled.
+    fn all_down() -> Input {
+        let ok = |slot: i64, reason: &str| {
+            let mut a = attempt(1, "c", slot + 20, Some(slot + 40), Some("success"));
+            a.reason = reason.into();
+            run(slot, "success", slot + 40, vec![a])
+        };
+        let mut i = input(vec![
+            ok(10_000, "scheduled"),
+            ok(14_000, "catch-up"),
+            ok(15_000, "scheduled"),
+        ]);
+        i.window = (9_000, 15_000);
+        i.all_down.push(Span {
+            runner: None,
+            from: 10_500,
+            to: 14_200,
+        });
+        i
+    }
+
+    fn all_down_without(slot: i64) -> Input {
+        let mut i = all_down();
+        i.runs.retain(|r| r.slot != slot);
+        i
+    }
+
+    fn run_of(input: &mut Input, slot: i64) -> &mut Run {
+        let found = input.runs.iter_mut().find(|r| r.slot == slot);
+        found.expect("a run of that slot")
+    }
+
+    #[test]
+    fn slots_missed_while_all_runners_were_down_are_accounted_and_the_latest_caught_up() {
+        let (v, f) = check(&all_down());
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!((f.missed_all_down, f.caught_up), (3, 1));
+    }
+
+    #[test]
+    fn a_second_caught_up_slot_breaks_the_catch_up_rule() {
+        let mut i = all_down();
+        let mut a = attempt(1, "d", 13_020, Some(13_040), Some("success"));
+        a.reason = "catch-up".into();
+        i.runs.push(run(13_000, "success", 13_040, vec![a]));
+        assert_eq!(broken(&i), [rules::CATCH_UP]);
+    }
+
+    #[test]
+    fn an_older_slot_caught_up_instead_of_the_latest_breaks_the_catch_up_rule() {
+        let mut i = all_down();
+        run_of(&mut i, 14_000).slot = 13_000;
+        assert_eq!(broken(&i), [rules::CATCH_UP]);
+    }
+
+    #[test]
+    fn no_catch_up_within_the_window_breaks_the_catch_up_rule_and_outside_it_is_missed() {
+        let mut i = all_down_without(14_000);
+        assert_eq!(broken(&i), [rules::CATCH_UP]);
+        // A window shorter than the outage: every slot of it is missed, none is owed.
+        i.jobs[0].catch_up = 0;
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        // ... and a catch-up that starts past that window breaks the rule.
+        let mut late = all_down_without(15_000);
+        late.jobs[0].catch_up = 0;
+        late.window = (9_000, 14_500);
+        let run = run_of(&mut late, 14_000);
+        let started = 14_000 + CATCH_UP_SLACK_MS + 1;
+        run.attempts[0].started_at = started;
+        run.attempts[0].ended_at = Some(started + 20);
+        run.lease_end = started + 20;
+        assert_eq!(broken(&late), [rules::CATCH_UP]);
+    }
+
+    #[test]
+    fn an_unaccounted_slot_outside_the_all_down_span_is_a_violation() {
+        // Slot 15_000 is due after the first runner started: not missed while all were down.
+        assert_eq!(broken(&all_down_without(15_000)), [rules::ACCOUNTED]);
+        // Nor is a slot due before the last runner died.
+        assert_eq!(broken(&all_down_without(10_000)), [rules::ACCOUNTED]);
     }
 
     #[test]

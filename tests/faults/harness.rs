@@ -1,7 +1,7 @@
-//! The harness: one store (for Redis and Valkey a server of our own, restartable with its data),
-//! one jobs directory, and several real `baton run` processes with their own runner ids, each
-//! (on a network store) behind its own fault proxy; the faults; and what the checker reads at
-//! the end.
+//! The harness: one store (for Redis, Valkey and PostgreSQL a server of our own, restartable with
+//! its data; for SQLite a file), one jobs directory, and several real `baton run` processes with
+//! their own runner ids, each (on a network store) behind its own fault proxy; the faults; and
+//! what the checker reads at the end.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -46,7 +46,7 @@ pub enum Backend {
     Redis,
     /// A `valkey-server` of our own, with an append-only file.
     Valkey,
-    /// The machine's PostgreSQL, in a schema of these tests.
+    /// A PostgreSQL server of our own (`initdb` in a temporary directory).
     Postgres,
 }
 
@@ -109,6 +109,7 @@ pub fn effects_job(
             period: period_s * 1000,
             max_attempts: 3,
             well_behaved,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
         },
         guest: env!("GUEST_SIDE_EFFECT"),
         toml: format!(
@@ -134,6 +135,7 @@ fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) 
             period: period_s * 1000,
             max_attempts: 3,
             well_behaved: false,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
         },
         guest,
         toml: format!("schedule = \"{}\"\n{extra}\n", every(period_s)),
@@ -176,26 +178,12 @@ enum Store {
         dir: tempfile::TempDir,
         server: Option<Server>,
     },
-    Postgres,
+    Postgres {
+        server: servers::Postgres,
+    },
 }
 
 const REDIS_PERSISTENCE: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
-
-/// The machine's PostgreSQL, in a schema of the fault tests only.
-fn postgres_url(host_port: &str) -> String {
-    let base = baton_tests::backends::postgres_url();
-    let rest = base.split_once('@').map_or("postgres", |(user, _)| user);
-    let user = rest.trim_start_matches("postgres://");
-    let db = base.rsplit_once('/').map_or("test", |(_, db)| db);
-    format!("postgres://{user}@{host_port}/{db}?schema=baton_faults")
-}
-
-fn postgres_target() -> String {
-    let base = baton_tests::backends::postgres_url();
-    base.split_once('@')
-        .and_then(|(_, rest)| rest.split_once('/'))
-        .map_or("127.0.0.1:5432".to_owned(), |(hp, _)| hp.to_owned())
-}
 
 impl Store {
     fn start(backend: Backend, dir: &Path) -> Store {
@@ -221,7 +209,9 @@ impl Store {
                     server: Some(server),
                 }
             }
-            Backend::Postgres => Store::Postgres,
+            Backend::Postgres => Store::Postgres {
+                server: servers::Postgres::start(),
+            },
         }
     }
 
@@ -230,7 +220,7 @@ impl Store {
         match self {
             Store::Sqlite { .. } => None,
             Store::RedisLike { port, .. } => Some(format!("127.0.0.1:{port}")),
-            Store::Postgres => Some(postgres_target()),
+            Store::Postgres { server } => Some(format!("127.0.0.1:{}", server.port)),
         }
     }
 
@@ -248,9 +238,57 @@ impl Store {
                 let hp = host_port.unwrap_or(format!("127.0.0.1:{port}"));
                 format!("{scheme}://{hp}")
             }
-            Store::Postgres => postgres_url(&host_port.unwrap_or_else(postgres_target)),
+            Store::Postgres { server } => {
+                let hp = host_port.unwrap_or(format!("127.0.0.1:{}", server.port));
+                server.url(&hp, "schema=baton_faults")
+            }
         }
     }
+}
+
+/// Whether another connection holds the write lock of the SQLite file at `path` now and still
+/// 100 ms later: a runner stopped inside its transaction, not one passing through its own.
+fn write_lock_held(path: &Path) -> bool {
+    let Ok(conn) = rusqlite::Connection::open(path) else {
+        return false;
+    };
+    // Not to wait for the lock (rusqlite waits 5 s by default): only to see it.
+    if conn.busy_timeout(Duration::ZERO).is_err() {
+        return false;
+    }
+    for _ in 0..3 {
+        if conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
+            let _ = conn.execute_batch("ROLLBACK");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// libfaketime's preload library (what the `faketime` command preloads):
+/// `BATON_TEST_LIBFAKETIME`, else where Debian's `libfaketime` package puts it.
+fn libfaketime() -> PathBuf {
+    if let Some(path) = std::env::var_os("BATON_TEST_LIBFAKETIME") {
+        return PathBuf::from(path);
+    }
+    let multiarch = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"));
+    let fixed = ["/usr/lib/faketime", "/usr/local/lib/faketime"]
+        .into_iter()
+        .map(|d| Path::new(d).join("libfaketime.so.1"));
+    multiarch
+        .chain(fixed)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "libfaketime.so.1 not found: install faketime (`apt-get install faketime`), or \
+                 set BATON_TEST_LIBFAKETIME to the library"
+            )
+        })
 }
 
 /// One `baton run` process.
@@ -279,8 +317,11 @@ impl Runner {
 /// How a runner is started.
 #[derive(Clone, Copy, Default)]
 pub struct RunnerOptions {
-    /// Its clock is this far off, through `faketime -f` (e.g. "-3h").
+    /// Its clock is this far off (e.g. "-3h"), through libfaketime (`FAKETIME`).
     pub faketime: Option<(&'static str, i64)>,
+    /// How long its store operations wait for an answer: the store URL's `?timeout=` (e.g.
+    /// "30s"); the store's default when `None`.
+    pub store_timeout: Option<&'static str>,
 }
 
 /// A fault injected at a time, against a runner: the checker's takeover time counts from it.
@@ -305,11 +346,14 @@ pub struct Cluster {
     skew: HashMap<String, i64>,
     freezes: Vec<Span>,
     outages: Vec<Span>,
+    all_down: Vec<Span>,
     disturbed: Vec<Span>,
     window_from: i64,
     store_down_since: Option<i64>,
     /// Faults after which a backup takes over within lease + 2 × heartbeat.
     pub deaths: Vec<Fault>,
+    /// Whether a frozen runner held the SQLite file's write lock (see [`Cluster::freeze`]).
+    pub frozen_holding_the_file: bool,
     /// Faults after which a backup takes over within the stop timeout + 2 × heartbeat.
     pub hand_overs: Vec<Fault>,
 }
@@ -342,10 +386,12 @@ impl Cluster {
             skew: HashMap::new(),
             freezes: Vec::new(),
             outages: Vec::new(),
+            all_down: Vec::new(),
             disturbed: Vec::new(),
             window_from: i64::MAX,
             store_down_since: None,
             deaths: Vec::new(),
+            frozen_holding_the_file: false,
             hand_overs: Vec::new(),
         }
     }
@@ -356,17 +402,20 @@ impl Cluster {
             Some(target) => Some(Proxy::start(target).await),
             None => None,
         };
-        let url = self.store.url(self.backend, proxy.as_ref().map(|p| p.port));
+        let mut url = self.store.url(self.backend, proxy.as_ref().map(|p| p.port));
+        if let Some(timeout) = options.store_timeout {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            url = format!("{url}{sep}timeout={timeout}");
+        }
         let jobs = self.dir.path().join("jobs").display().to_string();
-        let mut cmd = match options.faketime {
-            Some((offset, skew)) => {
-                self.skew.insert(id.to_owned(), skew);
-                let mut cmd = Command::new("faketime");
-                cmd.args(["-f", offset]).arg(baton_tests::baton_binary());
-                cmd
-            }
-            None => Command::new(baton_tests::baton_binary()),
-        };
+        let mut cmd = Command::new(baton_tests::baton_binary());
+        if let Some((offset, skew)) = options.faketime {
+            self.skew.insert(id.to_owned(), skew);
+            // Preloaded into `baton` itself rather than through the `faketime` command, which
+            // forks: the runner stays this process's child, so `kill -9` (and the death of the
+            // test process) reaches it, not only the wrapper.
+            cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
+        }
         for (key, _) in std::env::vars() {
             if key.starts_with("BATON_") {
                 cmd.env_remove(key);
@@ -501,10 +550,44 @@ impl Cluster {
         self.disturb(at - 1_000, at + LEASE_MS + 2 * HEARTBEAT_MS + 2_000);
     }
 
+    /// `kill -9` every runner still up, one right after the other; returns when the last died.
+    pub fn kill_all(&mut self) -> i64 {
+        for i in 0..self.runners.len() {
+            if self.runners[i].child.is_some() {
+                self.kill(i);
+            }
+        }
+        now_ms()
+    }
+
+    /// Records that every runner was down from `from` (the last one's death) to `to` (the
+    /// first one's start): the checker holds the slots due meanwhile to the catch-up rule.
+    pub fn all_down(&mut self, from: i64, to: i64) {
+        self.all_down.push(Span {
+            runner: None,
+            from,
+            to,
+        });
+        self.disturb(from, to + 1_000);
+    }
+
     /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`.
+    ///
+    /// On SQLite the runner may be stopped inside one of its transactions, holding the file's
+    /// write lock: then every runner's call waits until it wakes, the store is out of reach for
+    /// all of them meanwhile (an outage), and a takeover can only count from the wake.
     pub async fn freeze(&mut self, i: usize, for_ms: u64) {
         let from = now_ms();
         self.runners[i].signal(libc::SIGSTOP);
+        let held = match &self.store {
+            Store::Sqlite { path, .. } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || write_lock_held(&path))
+                    .await
+                    .unwrap_or(false)
+            }
+            _ => false,
+        };
         tokio::time::sleep(Duration::from_millis(for_ms)).await;
         self.runners[i].signal(libc::SIGCONT);
         let to = now_ms();
@@ -514,7 +597,16 @@ impl Cluster {
             from,
             to,
         });
-        self.deaths.push(Fault { runner, at: from });
+        if held {
+            self.frozen_holding_the_file = true;
+            self.outages.push(Span {
+                runner: None,
+                from,
+                to,
+            });
+        }
+        let at = if held { to } else { from };
+        self.deaths.push(Fault { runner, at });
         self.disturb(from - 1_000, to + 2_000);
     }
 
@@ -565,39 +657,41 @@ impl Cluster {
         proxy.set_delay(delay);
     }
 
+    /// Stalls what runner `i` sends to the store for `stall`: everything it sends meanwhile
+    /// reaches the store when the stall ends, and the store's answers come back at once. On
+    /// SQLite, where no network lies between the runner and the file, another connection holds
+    /// the file's write lock for `stall`: every runner's transaction waits for it (up to its
+    /// busy timeout, the store URL's `?timeout=`) and goes on when the lock is let go.
+    pub fn stall_requests(&mut self, i: usize, stall: Duration) {
+        match &self.store {
+            Store::Sqlite { path, .. } => {
+                let release = baton_tests::lock_sqlite_file(path);
+                tokio::spawn(async move {
+                    tokio::time::sleep(stall).await;
+                    let _ = release.send(());
+                });
+            }
+            _ => {
+                let proxy = self.runners[i].proxy.as_ref().expect("a proxied runner");
+                proxy.stall_requests(stall);
+            }
+        }
+    }
+
     /// Stops the store: Redis and Valkey are killed (`kill -9`; their append-only file keeps
-    /// the data), PostgreSQL (the machine's server, which the tests cannot restart) is cut off
-    /// from every runner by their proxies, and a SQLite file is locked by another connection.
+    /// the data), PostgreSQL (a server of the test's own) is stopped immediately (no
+    /// checkpoint; its write-ahead log keeps the data), and a SQLite file is locked by another
+    /// connection.
     pub fn stop_store(&mut self) {
         let at = now_ms();
         match &mut self.store {
             Store::Sqlite { path, lock } => {
-                let (locked_tx, locked_rx) = mpsc::channel();
-                let (release_tx, release_rx) = mpsc::channel::<()>();
-                let path = path.clone();
-                std::thread::spawn(move || {
-                    let conn = rusqlite::Connection::open(&path).expect("open the file");
-                    conn.busy_timeout(Duration::from_secs(10))
-                        .expect("busy timeout");
-                    conn.execute_batch("BEGIN EXCLUSIVE")
-                        .expect("lock the file");
-                    locked_tx.send(()).expect("report the lock");
-                    let _ = release_rx.recv();
-                    let _ = conn.execute_batch("ROLLBACK");
-                });
-                locked_rx.recv().expect("the file is locked");
-                *lock = Some(release_tx);
+                *lock = Some(baton_tests::lock_sqlite_file(path));
             }
             Store::RedisLike { server, .. } => {
                 drop(server.take());
             }
-            Store::Postgres => {
-                for r in &self.runners {
-                    if let Some(p) = &r.proxy {
-                        p.set(Mode::Partition);
-                    }
-                }
-            }
+            Store::Postgres { server } => server.stop_immediately(),
         }
         self.store_down_since = Some(at);
         for r in self.runners.iter().filter(|r| r.child.is_some()) {
@@ -629,13 +723,7 @@ impl Cluster {
                     &REDIS_PERSISTENCE,
                 ));
             }
-            Store::Postgres => {
-                for r in &self.runners {
-                    if let Some(p) = &r.proxy {
-                        p.set(Mode::Pass);
-                    }
-                }
-            }
+            Store::Postgres { server } => server.start_again(),
         }
         if let Some(from) = self.store_down_since.take() {
             let to = now_ms();
@@ -648,7 +736,8 @@ impl Cluster {
         }
     }
 
-    /// Records a span in which no runner could get a claim answered in time.
+    /// Records a span in which no runner could get a claim answered in time: the store was out
+    /// of reach, or answered only after the slot's claim was late.
     pub fn outage(&mut self, from: i64, to: i64) {
         self.outages.push(Span {
             runner: None,
@@ -722,6 +811,7 @@ impl Cluster {
             skew: self.skew.clone(),
             freezes: self.freezes.clone(),
             outages: self.outages.clone(),
+            all_down: self.all_down.clone(),
             disturbed: self.disturbed.clone(),
             stop_latency: STOP_LATENCY_MS,
             on_time: ON_TIME_MS,
@@ -737,5 +827,28 @@ impl Drop for Cluster {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_lock_held_by_another_connection_is_seen_and_a_free_file_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("baton.db");
+        rusqlite::Connection::open(&path)
+            .and_then(|c| c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x);"))
+            .expect("a database");
+        assert!(!write_lock_held(&path));
+        let release = baton_tests::lock_sqlite_file(&path);
+        assert!(write_lock_held(&path));
+        drop(release);
+        let free = (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            !write_lock_held(&path)
+        });
+        assert!(free, "the lock is let go");
     }
 }

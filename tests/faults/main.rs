@@ -1,8 +1,12 @@
 //! Fault injection across real processes and stores: several `baton run` processes on one jobs
 //! directory and one store (SQLite, Redis, Valkey, PostgreSQL), hit by `kill -9`, `SIGSTOP`,
 //! `SIGTERM`, a store stopped and restarted, a partition, latency, claims held up past
-//! `max_late`, and clocks hours off; a checker holds the store's history and the side effects
-//! to the rules of `spec/leases.md`, and a report is printed at the end.
+//! `max_late`, clocks hours off, and every runner down for several slots (catch-up on start); a
+//! checker holds the store's history and the side effects to the rules of `spec/leases.md`, and
+//! a report is printed at the end.
+//!
+//! A scenario that cannot apply to a backend (a partition or added latency on SQLite, which has
+//! no network between a runner and the file) is a row of the report too, "n/a" with the reason.
 //!
 //! `cargo test --test faults -- --nocapture` shows the report. `BATON_FAULTS_ONLY=redis` runs
 //! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and
@@ -28,10 +32,11 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
     let mut rows = Vec::new();
     let only = std::env::var("BATON_FAULTS_SCENARIO").ok();
     let chosen = |s: &Scenario| only.as_deref().is_none_or(|o| s.name().contains(o));
-    for scenario in Scenario::ALL
-        .into_iter()
-        .filter(|s| s.applies(backend) && chosen(s))
-    {
+    for scenario in Scenario::ALL.into_iter().filter(chosen) {
+        if let Some(why) = scenario.not_applicable(backend) {
+            rows.push(report::not_applicable(scenario, backend, why));
+            continue;
+        }
         let started = Instant::now();
         let joined = rt.block_on(async { tokio::spawn(scenario.run(backend)).await });
         let row = match joined {

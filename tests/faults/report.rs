@@ -25,6 +25,8 @@ pub struct Row {
     pub bound: Option<i64>,
     /// What only this scenario shows.
     pub note: String,
+    /// Why the scenario does not apply to the backend; the row is printed as n/a.
+    pub not_applicable: Option<&'static str>,
 }
 
 /// Checks an outcome and makes its row.
@@ -65,6 +67,7 @@ pub fn row(outcome: Outcome) -> Row {
         takeovers,
         bound,
         note: outcome.note,
+        not_applicable: None,
     }
 }
 
@@ -81,6 +84,21 @@ pub fn failed(scenario: Scenario, backend: Backend, why: String) -> Row {
         takeovers: Vec::new(),
         bound: None,
         note: String::new(),
+        not_applicable: None,
+    }
+}
+
+/// A row for a scenario that does not apply to the backend, with the reason.
+pub fn not_applicable(scenario: Scenario, backend: Backend, why: &'static str) -> Row {
+    Row {
+        scenario,
+        backend,
+        figures: Figures::default(),
+        violations: Vec::new(),
+        takeovers: Vec::new(),
+        bound: None,
+        note: format!("n/a: {why}"),
+        not_applicable: Some(why),
     }
 }
 
@@ -122,6 +140,17 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         "zombie>wake"
     );
     for r in rows {
+        if r.not_applicable.is_some() {
+            let na = "n/a";
+            let _ = writeln!(
+                out,
+                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>12} {na:>10}  {}",
+                r.scenario.name(),
+                r.backend.name(),
+                r.note
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>12} {:>10}  {}",

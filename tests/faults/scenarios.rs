@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::checker::{Input, Violation};
 use crate::harness::{
-    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, RunnerOptions,
+    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, Job, RunnerOptions,
 };
 
 /// A fault scenario.
@@ -23,10 +23,14 @@ pub enum Scenario {
     Partition,
     /// 100 ms added each way between one runner and the store.
     Latency,
-    /// One runner alone, its claims held up past `max_late` + 10 s.
+    /// One runner alone, its claims held up past `max_late` + 10 s (stalled in its proxy, or
+    /// on SQLite behind the file's write lock), and it waits for the store's answer.
     LateClaim,
     /// Two of three runners with clocks 3 hours off (behind and ahead), and a `kill -9`.
     ClockSkew,
+    /// Every runner killed (`kill -9`) for several slots, then one started again: the slots
+    /// due meanwhile are missed but for the latest, which it catches up.
+    AllDown,
 }
 
 /// What a scenario leaves for the checker and the report.
@@ -52,11 +56,16 @@ const FOR_LONGER_THAN_THE_LEASE_MS: u64 = 2_500;
 const MID_ATTEMPT: Duration = Duration::from_millis(300);
 /// `max_late = "0s"` plus the store's 10 s tolerance.
 const LATE_LIMIT_MS: i64 = 10_000;
+/// How long the late-claim scenario stalls a runner's requests: the first slot due after the
+/// stall began (within 1 s) is still claimed past [`LATE_LIMIT_MS`].
+const STALL: Duration = Duration::from_millis(12_000);
 const WAIT: Duration = Duration::from_secs(20);
+/// How long every runner stays down: several slots of a job due every second.
+const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::Terminate,
@@ -65,6 +74,7 @@ impl Scenario {
         Scenario::Latency,
         Scenario::LateClaim,
         Scenario::ClockSkew,
+        Scenario::AllDown,
     ];
 
     /// Its name in the report.
@@ -78,21 +88,23 @@ impl Scenario {
             Scenario::Latency => "latency 100ms",
             Scenario::LateClaim => "late claim",
             Scenario::ClockSkew => "clock ±3h",
+            Scenario::AllDown => "all down",
         }
     }
 
-    /// Whether it applies to `backend`. A SQLite store has no network to cut, delay or hold up
-    /// (its claim is a transaction in the runner's own process), and its clock is the clock of
-    /// the process that opens the file: a `faketime` runner would not be a runner with a wrong
-    /// clock but a store with one.
-    pub fn applies(self, backend: Backend) -> bool {
+    /// Whether it applies to `backend`: `None` when it does, else why not.
+    ///
+    /// A SQLite store has no network between a runner and the file: its claim is a transaction
+    /// in the runner's own process, so there is no link to cut or delay. A claim held up on
+    /// SQLite waits for the file's write lock instead (see [`Cluster::stall_requests`]), and
+    /// its clock is the kernel's, which `faketime` does not reach, so a runner with a wrong
+    /// clock is only that, as on the network stores.
+    pub fn not_applicable(self, backend: Backend) -> Option<&'static str> {
         match self {
-            Scenario::Kill | Scenario::Freeze | Scenario::Terminate | Scenario::StoreRestart => {
-                true
+            Scenario::Partition | Scenario::Latency if !backend.is_network() => {
+                Some("no network between a runner and a SQLite file")
             }
-            Scenario::Partition | Scenario::Latency | Scenario::LateClaim | Scenario::ClockSkew => {
-                backend.is_network()
-            }
+            _ => None,
         }
     }
 
@@ -111,6 +123,7 @@ impl Scenario {
                 vec![effects_job("late", 1, 1, 1, "max_late = \"0s\"", false)],
             ),
             Scenario::Latency | Scenario::ClockSkew => Cluster::new(backend, well_behaved()),
+            Scenario::AllDown => Cluster::new(backend, catch_up_jobs()),
             _ => Cluster::new(backend, with_neighbours()),
         };
         match self {
@@ -140,6 +153,9 @@ impl Scenario {
                     })
                     .await;
                 note = format!("woken runner: lost ({})", lost.reason);
+                if c.frozen_holding_the_file {
+                    note.push_str("; it was frozen holding the file's write lock");
+                }
                 recovered(&c, at).await;
                 next_success(&c).await;
             }
@@ -171,7 +187,9 @@ impl Scenario {
                 next_success(&c).await;
                 note = match backend {
                     Backend::Sqlite => "file locked by another connection",
-                    Backend::Postgres => "machine's server: every runner partitioned",
+                    Backend::Postgres => {
+                        "server stopped (immediate), restarted on its port with its WAL"
+                    }
                     _ => "server killed, restarted on its port with its AOF",
                 }
                 .into();
@@ -210,13 +228,36 @@ impl Scenario {
                 note = format!("delayed runner won {wins} claims meanwhile");
                 next_success(&c).await;
             }
-            Scenario::LateClaim => late_claim(&mut c, &mut note).await,
+            Scenario::LateClaim => late_claim(&mut c, &mut note, &mut extra).await,
+            Scenario::AllDown => {
+                c.start(2).await;
+                // Right after a slot was won, so no slot is half claimed when the last dies.
+                let after = now_ms();
+                c.wait_event(WAIT, "a win of catchup", |e| {
+                    e.kind == "won" && e.job.as_deref() == Some("catchup") && e.at >= after
+                })
+                .await;
+                let from = c.kill_all();
+                tokio::time::sleep(ALL_DOWN_FOR).await;
+                c.start_runner("r3", RunnerOptions::default()).await;
+                let to = now_ms();
+                c.all_down(from, to);
+                c.wait_event(WAIT, "a catch-up claim won", |e| {
+                    e.kind == "won" && e.reason == "catch-up" && e.at >= to - 5_000
+                })
+                .await;
+                // The schedule goes on after the catch-up.
+                for _ in 0..2 {
+                    next_success_of(&c, "catchup").await;
+                }
+            }
             Scenario::ClockSkew => {
                 c.start_runner("r1", RunnerOptions::default()).await;
                 c.start_runner(
                     "behind",
                     RunnerOptions {
                         faketime: Some(("-3h", -3 * 3_600_000)),
+                        ..RunnerOptions::default()
                     },
                 )
                 .await;
@@ -224,6 +265,7 @@ impl Scenario {
                     "ahead",
                     RunnerOptions {
                         faketime: Some(("+3h", 3 * 3_600_000)),
+                        ..RunnerOptions::default()
                     },
                 )
                 .await;
@@ -260,6 +302,19 @@ impl Scenario {
         if self == Scenario::LateClaim {
             extra.extend(nothing_ran_late(&input, "late", LATE_LIMIT_MS));
         }
+        if self == Scenario::AllDown {
+            let (_, f) = crate::checker::check(&input);
+            note = format!(
+                "missed while all runners were down: {}, caught up: {}",
+                f.missed_all_down, f.caught_up
+            );
+            if f.missed_all_down == 0 || f.caught_up == 0 {
+                extra.push(Violation {
+                    rule: crate::checker::rules::CATCH_UP,
+                    detail: format!("the catch-up rule was not exercised: {note}"),
+                });
+            }
+        }
         Outcome {
             scenario: self,
             backend,
@@ -281,7 +336,10 @@ fn skewed_like(id: &str) -> RunnerOptions {
     } else {
         None
     };
-    RunnerOptions { faketime }
+    RunnerOptions {
+        faketime,
+        ..RunnerOptions::default()
+    }
 }
 
 /// Waits until the run hit at `at` was taken over or interrupted (or a newer one won).
@@ -296,18 +354,36 @@ async fn recovered(c: &Cluster, at: i64) {
 
 /// Waits for the next success of `effects` on any runner.
 async fn next_success(c: &Cluster) {
+    next_success_of(c, "effects").await;
+}
+
+/// Waits for the next success of `job` on any runner.
+async fn next_success_of(c: &Cluster, job: &str) {
     let after = now_ms();
-    c.wait_event(WAIT, "a success of effects", |e| {
-        e.kind == "success" && e.job.as_deref() == Some("effects") && e.at >= after
+    c.wait_event(WAIT, &format!("a success of {job}"), |e| {
+        e.kind == "success" && e.job.as_deref() == Some(job) && e.at >= after
     })
     .await;
 }
 
-/// One runner; once it has run the job, its link to the store is delayed 10.5 s each way, so
-/// every claim reaches the store after `max_late` (0 s) + 10 s. The store must answer late, and
-/// no slot may run that late.
-async fn late_claim(c: &mut Cluster, note: &mut String) {
-    c.start_runner("r1", RunnerOptions::default()).await;
+/// The jobs of the all-down scenario: `catchup` every second with the default catch-up window
+/// (5 minutes), and `nocatch` every 2 s with none (`catch_up = "0s"`): it catches nothing up.
+fn catch_up_jobs() -> Vec<Job> {
+    let mut nocatch = effects_job("nocatch", 2, 1, 1, "catch_up = \"0s\"", false);
+    nocatch.spec.catch_up = 0;
+    vec![effects_job("catchup", 1, 1, 1, "", true), nocatch]
+}
+
+/// One runner, whose store operations wait up to 30 s for an answer (`?timeout=30s`); once it
+/// has run the job, what it sends to the store stalls for 12 s, so the claim of the next slot
+/// reaches the store more than `max_late` (0 s) + 10 s after its slot. The store must answer
+/// late, the runner must hear it, and no slot may run that late.
+async fn late_claim(c: &mut Cluster, note: &mut String, extra: &mut Vec<Violation>) {
+    let patient = RunnerOptions {
+        store_timeout: Some("30s"),
+        ..RunnerOptions::default()
+    };
+    c.start_runner("r1", patient).await;
     c.open_window();
     let after = now_ms();
     c.wait_event(WAIT, "a success of late", |e| {
@@ -315,24 +391,35 @@ async fn late_claim(c: &mut Cluster, note: &mut String) {
     })
     .await;
     let from = now_ms();
-    c.delay(0, Duration::from_millis(10_500));
-    // Long enough for the first held-up claim to reach the store. A client that waits hears
-    // `late`; one that gives up first (the Redis client's 5 s response timeout, PostgreSQL's
-    // 5 s pool acquire with its ping) logs `claim failed`, and what it sent still reaches the
-    // store late. Either way no slot may run late: the store's history shows it.
-    tokio::time::sleep(Duration::from_millis(12_000)).await;
-    c.delay(0, Duration::ZERO);
-    let to = now_ms();
-    c.outage(from, to);
+    c.stall_requests(0, STALL);
+    c.wait_event(WAIT, "the store's late answer", |e| {
+        e.kind == "late" && e.at >= from
+    })
+    .await;
+    // The job's loop waits for each claim's answer and then claims only the latest due slot:
+    // the slots due meanwhile were never claimed, as when the store is out of reach. The spell
+    // ends when a claim sent after the stall is answered in time.
+    let stall_end = from + i64::try_from(STALL.as_millis()).unwrap_or(i64::MAX);
+    let back = c
+        .wait_event(WAIT, "a claim answered in time", |e| {
+            matches!(e.kind.as_str(), "won" | "backup" | "skip")
+                && e.slot.is_some_and(|s| s >= stall_end)
+        })
+        .await;
+    c.outage(from, back.at);
     let events = c.events();
     let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+    let heard = count("late");
     *note = format!(
-        "late answers heard: {}, claims failed (client timeout): {}",
-        count("late"),
+        "late answers heard: {heard}, claims failed (client timeout): {}",
         count("claim failed")
     );
-    // The claims still queued in the proxy reach the store late too; let them land.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    if heard == 0 {
+        extra.push(Violation {
+            rule: "a late claim is answered late",
+            detail: "the runner heard no late answer".into(),
+        });
+    }
 }
 
 /// No run of `job` started later than `limit` ms after its slot.

@@ -44,8 +44,6 @@ instance_suite! {
 
 /// Backend-specific ways to cut a runner off its store.
 mod cut_off {
-    use std::sync::mpsc;
-
     /// Another connection holds the SQLite file's exclusive lock: every write waits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_store_locked_longer_than_the_lease_fences_the_runner() {
@@ -54,17 +52,7 @@ mod cut_off {
         crate::scenarios::unreachable_store_longer_than_the_lease_fences_the_runner(
             &f,
             move || {
-                let (locked_tx, locked_rx) = mpsc::channel();
-                let (release_tx, release_rx) = mpsc::channel::<()>();
-                std::thread::spawn(move || {
-                    let conn = rusqlite::Connection::open(&path).expect("open the file");
-                    conn.execute_batch("BEGIN EXCLUSIVE")
-                        .expect("lock the file");
-                    locked_tx.send(()).expect("report the lock");
-                    let _ = release_rx.recv();
-                    let _ = conn.execute_batch("ROLLBACK");
-                });
-                locked_rx.recv().expect("the file is locked");
+                let release_tx = baton_tests::lock_sqlite_file(std::path::Path::new(&path));
                 Box::new(move || {
                     let _ = release_tx.send(());
                 })

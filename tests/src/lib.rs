@@ -119,3 +119,24 @@ pub fn baton_binary() -> std::path::PathBuf {
         })
         .clone()
 }
+
+/// Takes the write lock of the SQLite file at `path` on a connection of its own (`BEGIN
+/// EXCLUSIVE`, waiting up to 10 s for it), and returns once it holds it: every other
+/// connection's write waits until the returned sender sends or is dropped.
+pub fn lock_sqlite_file(path: &std::path::Path) -> std::sync::mpsc::Sender<()> {
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&path).expect("open the file");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        conn.execute_batch("BEGIN EXCLUSIVE")
+            .expect("lock the file");
+        locked_tx.send(()).expect("report the lock");
+        let _ = release_rx.recv();
+        let _ = conn.execute_batch("ROLLBACK");
+    });
+    locked_rx.recv().expect("the file is locked");
+    release_tx
+}

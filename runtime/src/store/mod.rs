@@ -200,13 +200,82 @@ pub trait Store: Send + Sync + 'static {
     fn round_trips(&self) -> u64;
 }
 
+/// The store URL's query parameter that sets how long one operation waits for the store before
+/// it fails with a retryable error: `?timeout=DURATION` (`500ms`, `30s`, `1m`, …), on every
+/// backend. Redis and Valkey: the response timeout of each command, 5 s unless given
+/// ([`DEFAULT_TIMEOUT`]). PostgreSQL: the wait for a connection of the pool and for the
+/// server's answer, 5 s unless given. SQLite: how long a call waits for another process's write
+/// lock on the file (the busy timeout), [`sqlite::BUSY_TIMEOUT`] (10 s) unless given.
+pub const TIMEOUT_PARAMETER: &str = "timeout";
+
+/// How long one operation on a network store waits for its answer unless the URL says
+/// `?timeout=`: 5 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest and the longest `?timeout=` accepted: 10 ms and 1 h.
+pub const TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(3_600));
+
+/// Takes Baton's own query parameter `name` off a URL: returns the URL without it (its other
+/// parameters kept, in order) and the parameter's value, if given. Fails, with a reason that
+/// names the parameter, when it is given twice or without a value.
+pub(crate) fn take_parameter(url: &str, name: &str) -> Result<(String, Option<String>), String> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut value = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((key, v)) if key == name => {
+                if value.replace(v.to_owned()).is_some() {
+                    return Err(format!("the {name} parameter is given twice"));
+                }
+            }
+            None if pair == name => return Err(format!("the {name} parameter has no value")),
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, value))
+}
+
+/// Takes `?timeout=DURATION` off a store URL (see [`TIMEOUT_PARAMETER`]): returns the URL
+/// without it and the timeout, `default` when the URL gives none. Fails with
+/// [`StoreError::InvalidUrl`] naming the parameter for a value that is not a duration or is out
+/// of [`TIMEOUT_RANGE`].
+pub fn take_timeout(url: &str, default: Duration) -> Result<(String, Duration), StoreError> {
+    let invalid = |reason: String| StoreError::InvalidUrl {
+        url: redact(url),
+        reason,
+    };
+    let (rest, value) = take_parameter(url, TIMEOUT_PARAMETER).map_err(invalid)?;
+    let Some(value) = value else {
+        return Ok((rest, default));
+    };
+    let timeout = crate::jobs::parse_duration(&value)
+        .map_err(|e| invalid(format!("the {TIMEOUT_PARAMETER} parameter: {e}")))?;
+    let (min, max) = TIMEOUT_RANGE;
+    if timeout < min || timeout > max {
+        return Err(invalid(format!(
+            "the {TIMEOUT_PARAMETER} parameter {value:?} is out of range: use {min:?} to {max:?}"
+        )));
+    }
+    Ok((rest, timeout))
+}
+
 /// The namespace used when none is given: `baton`.
 pub const DEFAULT_NAMESPACE: &str = "baton";
 
 /// Opens the store a URL names, in a namespace (several clusters can share one store):
-/// `sqlite://PATH` (relative, or `sqlite:///absolute/path`).
+/// `sqlite://PATH` (relative, or `sqlite:///absolute/path`), `redis://…`, `valkey://…`,
+/// `postgres://…`; each may end in `?timeout=DURATION` (see [`TIMEOUT_PARAMETER`]).
 pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let (scheme, rest) = url
+    let (scheme, _) = url
         .split_once("://")
         .ok_or_else(|| StoreError::InvalidUrl {
             url: redact(url),
@@ -214,14 +283,18 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
         })?;
     match scheme {
         "sqlite" => {
-            let path = rest.to_owned();
+            let (without, busy_timeout) = take_timeout(url, sqlite::BUSY_TIMEOUT)?;
+            let path = without
+                .strip_prefix("sqlite://")
+                .unwrap_or_default()
+                .to_owned();
             if path.is_empty() {
                 return Err(StoreError::InvalidUrl {
                     url: url.into(),
                     reason: "no file path after sqlite://".into(),
                 });
             }
-            let store = sqlite::SqliteStore::open(path, namespace).await?;
+            let store = sqlite::SqliteStore::open_with(path, namespace, busy_timeout).await?;
             Ok(Arc::new(store))
         }
         "redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "valkey+cluster" => {
@@ -258,7 +331,7 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
 
     #[test]
     fn redact_hides_the_password_and_keeps_the_host() {
@@ -272,5 +345,45 @@ mod tests {
         );
         assert_eq!(redact("sqlite://baton.db"), "sqlite://baton.db");
         assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+    }
+
+    #[test]
+    fn timeout_is_taken_off_the_url_and_the_other_parameters_kept() {
+        let (rest, t) = take_timeout("redis://h:1/0?timeout=30s", DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(
+            (rest.as_str(), t),
+            ("redis://h:1/0", Duration::from_secs(30))
+        );
+        let (rest, t) = take_timeout(
+            "postgres://u@h/d?schema=s&timeout=250ms&sslmode=disable",
+            DEFAULT_TIMEOUT,
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u@h/d?schema=s&sslmode=disable");
+        assert_eq!(t, Duration::from_millis(250));
+        let (rest, t) = take_timeout("sqlite://baton.db", Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            (rest.as_str(), t),
+            ("sqlite://baton.db", Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn a_bad_timeout_is_an_invalid_url_naming_the_parameter_not_the_password() {
+        for bad in [
+            "timeout=abc",
+            "timeout=30",
+            "timeout=0s",
+            "timeout=2h",
+            "timeout",
+            "timeout=1s&timeout=2s",
+        ] {
+            let url = format!("redis://u:hunter2@h:1?{bad}");
+            let err = take_timeout(&url, DEFAULT_TIMEOUT).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
+            assert!(msg.contains("timeout parameter"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! WAL journal, every write in a `BEGIN IMMEDIATE` transaction (so two processes serialize on
 //! the file's write lock and see each other's claims), a busy timeout, and the schema version in
-//! `PRAGMA user_version` with forward migrations. The clock is the machine's: every host that
-//! shares the file shares it. Calls run on tokio's blocking threads, never on the async workers.
+//! `PRAGMA user_version` with forward migrations. The clock is the machine's kernel clock, read
+//! past libc (see `clock_ms`): every host that shares the file shares it, whatever its own libc
+//! says the time is. Calls run on tokio's blocking threads, never on the async workers.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,8 @@ use crate::lease::{
     TokenOutcome,
 };
 
-/// How long a call waits for another process's write lock before it fails: 10 s.
+/// How long a call waits for another process's write lock before it fails, unless the URL's
+/// `?timeout=DURATION` says otherwise (`sqlite://baton.db?timeout=30s`): 10 s.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The schema, one script per version; version N is reached by running scripts 1..=N.
@@ -68,9 +70,19 @@ impl SqliteStore {
     /// [`StoreError::ReadOnly`] for one that cannot be written, and
     /// [`StoreError::NewerSchema`] for one written by a newer Baton; each names the path.
     pub async fn open(path: impl Into<String>, namespace: &str) -> Result<Self, StoreError> {
+        Self::open_with(path, namespace, BUSY_TIMEOUT).await
+    }
+
+    /// Opens the database as [`SqliteStore::open`] does, with calls that wait up to
+    /// `busy_timeout` for another process's write lock (the URL's `?timeout=`).
+    pub async fn open_with(
+        path: impl Into<String>,
+        namespace: &str,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let path: Arc<str> = path.into().into();
         let p = path.clone();
-        let conn = tokio::task::spawn_blocking(move || open_blocking(&p))
+        let conn = tokio::task::spawn_blocking(move || open_blocking(&p, busy_timeout))
             .await
             .map_err(|e| StoreError::Backend {
                 store: path.to_string(),
@@ -112,7 +124,7 @@ fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
     conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn open_blocking(path: &str) -> Result<Connection, StoreError> {
+fn open_blocking(path: &str, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -139,7 +151,7 @@ fn open_blocking(path: &str) -> Result<Connection, StoreError> {
     }
     let setup = || -> Result<Connection, rusqlite::Error> {
         let conn = Connection::open_with_flags(path, flags)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.busy_timeout(busy_timeout)?;
         // Reading the header first turns a foreign file into NotADatabase here, not later.
         conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
             r.get::<_, i64>(0)
@@ -214,8 +226,47 @@ fn map_error(path: &str, e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// The machine's clock, ms since the Unix epoch: the store's clock for SQLite.
+/// The store's clock for SQLite, ms since the Unix epoch: the kernel's realtime clock, the one
+/// clock every process on the machine that holds the file shares. Every time the store decides
+/// with (now, lease ends, lateness, what history to keep) is read here, inside the
+/// transaction, never from SQLite's own `'now'`.
+///
+/// Why a raw system call on Linux. A SQLite store has no server: its claim is a transaction in
+/// the runner's own process. If that process read the time the usual way (`SystemTime`, which
+/// goes through libc and the vDSO), a runner whose libc lies about the time (`faketime`, which
+/// is an `LD_PRELOAD` of `clock_gettime` and friends) would not be a runner with a wrong
+/// clock but a store with one, and two runners on one file would decide leases on two clocks.
+/// `syscall(SYS_clock_gettime, CLOCK_REALTIME)` asks the kernel directly, past any such
+/// wrapper, so the store's clock stays the machine's, as it is for a server's `TIME` or
+/// `clock_timestamp()`. Elsewhere, and should the call fail, it is [`SystemTime`].
 fn clock_ms() -> i64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes one `timespec` through the pointer, which points at
+        // `now` for the whole call; the call touches nothing else.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_REALTIME,
+                &mut now as *mut libc::timespec,
+            )
+        };
+        if rc == 0 {
+            // `time_t` and `c_long` are `i64` here, `i32` on 32-bit targets.
+            #[allow(clippy::useless_conversion)]
+            let (secs, nanos) = (i64::from(now.tv_sec), i64::from(now.tv_nsec));
+            return secs * 1_000 + nanos / 1_000_000;
+        }
+    }
+    system_clock_ms()
+}
+
+/// The process's own idea of the time, ms since the Unix epoch.
+fn system_clock_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -543,5 +594,21 @@ impl Store for SqliteStore {
 
     fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_clock_is_the_machines_realtime_clock() {
+        let before = system_clock_ms();
+        let store = clock_ms();
+        let after = system_clock_ms();
+        assert!(
+            before - 5 <= store && store <= after + 5,
+            "{before} <= {store} <= {after}"
+        );
     }
 }

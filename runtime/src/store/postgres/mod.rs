@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, PgConnection, Row};
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, DEFAULT_TIMEOUT, TIMEOUT_PARAMETER};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Overlap, Run, RunState,
     Status, Token, TokenOutcome,
@@ -34,8 +34,10 @@ pub use url::DEFAULT_SCHEMA;
 
 use url::Target;
 
-/// How long opening the store, or getting a connection for an operation, waits for the server
-/// before it fails with [`StoreError::Unreachable`]. 5 s.
+/// How long opening the store waits for the server before it fails with
+/// [`StoreError::Unreachable`]: 5 s. Each operation then waits for a connection of the pool and
+/// for the server's answer as long as the URL's `?timeout=` says, 5 s unless given
+/// ([`DEFAULT_TIMEOUT`](crate::store::DEFAULT_TIMEOUT)).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many connections one store keeps to the server at most. 10.
@@ -47,8 +49,10 @@ pub const POOL_SIZE: u32 = 10;
 pub const WARM_CONNECTIONS: u32 = 2;
 
 /// Opens a PostgreSQL store from a `postgres://` or `postgresql://` URL:
-/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME]`, with any other parameter sqlx
-/// understands (`sslmode`, …). The schema defaults to `baton`, and is created if needed.
+/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&timeout=DURATION]`, with any other
+/// parameter sqlx understands (`sslmode`, …). The schema defaults to `baton`, and is created if
+/// needed; `timeout` bounds each operation's wait for a connection and an answer, 5 s unless
+/// given (see [`TIMEOUT_PARAMETER`](crate::store::TIMEOUT_PARAMETER)).
 ///
 /// Fails with [`StoreError::Unreachable`] when the server does not answer within
 /// [`CONNECT_TIMEOUT`], [`StoreError::Unsupported`] for a server that is not PostgreSQL 13 or
@@ -59,7 +63,7 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
     set_up(&target).await?;
     let pool = PgPoolOptions::new()
         .max_connections(POOL_SIZE)
-        .acquire_timeout(CONNECT_TIMEOUT)
+        .acquire_timeout(target.timeout)
         // A ping before each operation would double its round trips; a dead connection shows
         // up as a retryable error of the operation instead.
         .test_before_acquire(false)
@@ -73,6 +77,7 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
         namespace: namespace.to_owned(),
         pool,
         round_trips: AtomicU64::new(0),
+        timeout: target.timeout,
     }))
 }
 
@@ -122,9 +127,9 @@ pub(crate) fn map_error(store: &str, e: sqlx::Error) -> StoreError {
         sqlx::Error::PoolTimedOut => StoreError::Unreachable {
             store,
             source: format!(
-                "no connection within {} s: every connection of the pool is busy, or the \
-                 server does not answer",
-                CONNECT_TIMEOUT.as_secs()
+                "no connection within the store's timeout (?{TIMEOUT_PARAMETER}=, {} s unless \
+                 given): every connection of the pool is busy, or the server does not answer",
+                DEFAULT_TIMEOUT.as_secs()
             )
             .into(),
         },
@@ -236,12 +241,40 @@ struct PostgresStore {
     sql: Queries,
     /// Statements executed: see [`Store::round_trips`].
     round_trips: AtomicU64,
+    /// How long a statement waits for a connection and its answer: `?timeout=`.
+    timeout: Duration,
 }
 
 impl PostgresStore {
-    /// Counts one statement sent to the server.
-    fn sent(&self) {
+    /// Sends one statement (counted, see [`Store::round_trips`]) and waits for its answer
+    /// within the store's timeout (`?timeout=`, [`DEFAULT_TIMEOUT`] unless given), which covers
+    /// the wait for a connection of the pool too. A statement cut short this way still ends on
+    /// the server; its connection is checked before it is used again.
+    async fn bounded<T>(
+        &self,
+        statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.timeout, statement).await {
+            Ok(answer) => answer.map_err(|e| self.error(e)),
+            Err(_) => Err(StoreError::Unreachable {
+                store: self.store.clone(),
+                source: format!(
+                    "no answer within {:?} (the store's timeout; set it with ?{TIMEOUT_PARAMETER}=)",
+                    self.timeout
+                )
+                .into(),
+            }),
+        }
+    }
+
+    /// Runs `sql` with the namespace and `arg` as its parameters; returns the rows it changed.
+    async fn execute(&self, sql: &str, arg: &str) -> Result<u64, StoreError> {
+        let statement = sqlx::query(sql)
+            .bind(&self.namespace)
+            .bind(arg)
+            .execute(&self.pool);
+        Ok(self.bounded(statement).await?.rows_affected())
     }
 
     fn error(&self, e: sqlx::Error) -> StoreError {
@@ -265,11 +298,7 @@ impl PostgresStore {
         job: &str,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<Run>, StoreError> {
-        self.sent();
-        let rows = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let rows = self.bounded(query.fetch_all(&self.pool)).await?;
         rows.iter()
             .map(|row| {
                 let record: String = row.try_get(0).map_err(|e| self.error(e))?;
@@ -368,11 +397,7 @@ impl PostgresStore {
         if let Some(result) = result {
             query = query.bind(result.status().as_str());
         }
-        self.sent();
-        let row = query
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let row = self.bounded(query.fetch_one(&self.pool)).await?;
         let get_err = |e| self.error(e);
         let accepted: bool = row.try_get("accepted").map_err(get_err)?;
         if accepted {
@@ -394,33 +419,31 @@ impl Store for PostgresStore {
     }
 
     async fn now(&self) -> Result<i64, StoreError> {
-        self.sent();
-        sqlx::query_scalar(&self.sql.now)
-            .fetch_one(&self.pool)
+        self.bounded(sqlx::query_scalar(&self.sql.now).fetch_one(&self.pool))
             .await
-            .map_err(|e| self.error(e))
     }
 
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let options = request.options;
-        self.sent();
-        let row = sqlx::query(&self.sql.claim)
-            .bind(&self.namespace)
-            .bind(request.job)
-            .bind(request.slot)
-            .bind(request.kind.as_str())
-            .bind(request.runner)
-            .bind(request.token.to_string())
-            .bind(request.digest)
-            .bind(millis(options.lease))
-            .bind(i32::try_from(options.max_attempts).unwrap_or(i32::MAX))
-            .bind(options.overlap == Overlap::Skip)
-            .bind(millis(options.lateness_limit(request.kind)))
-            .bind(millis(options.retention()))
-            .bind(i32::try_from(options.history_size).unwrap_or(i32::MAX))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let row = self
+            .bounded(
+                sqlx::query(&self.sql.claim)
+                    .bind(&self.namespace)
+                    .bind(request.job)
+                    .bind(request.slot)
+                    .bind(request.kind.as_str())
+                    .bind(request.runner)
+                    .bind(request.token.to_string())
+                    .bind(request.digest)
+                    .bind(millis(options.lease))
+                    .bind(i32::try_from(options.max_attempts).unwrap_or(i32::MAX))
+                    .bind(options.overlap == Overlap::Skip)
+                    .bind(millis(options.lateness_limit(request.kind)))
+                    .bind(millis(options.retention()))
+                    .bind(i32::try_from(options.history_size).unwrap_or(i32::MAX))
+                    .fetch_one(&self.pool),
+            )
+            .await?;
         self.claim_outcome(request.job, request.token, &row)
     }
 
@@ -431,16 +454,17 @@ impl Store for PostgresStore {
         token: Token,
         lease: Duration,
     ) -> Result<HeartbeatOutcome, StoreError> {
-        self.sent();
-        let row = sqlx::query(&self.sql.heartbeat)
-            .bind(&self.namespace)
-            .bind(job)
-            .bind(slot)
-            .bind(token.to_string())
-            .bind(millis(lease))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let row = self
+            .bounded(
+                sqlx::query(&self.sql.heartbeat)
+                    .bind(&self.namespace)
+                    .bind(job)
+                    .bind(slot)
+                    .bind(token.to_string())
+                    .bind(millis(lease))
+                    .fetch_one(&self.pool),
+            )
+            .await?;
         let get_err = |e| self.error(e);
         if row.try_get::<bool, _>("accepted").map_err(get_err)? {
             let lease_end: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
@@ -478,14 +502,15 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
-        self.sent();
-        let record: Option<String> = sqlx::query_scalar(&self.sql.get)
-            .bind(&self.namespace)
-            .bind(job)
-            .bind(slot)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        let record: Option<String> = self
+            .bounded(
+                sqlx::query_scalar(&self.sql.get)
+                    .bind(&self.namespace)
+                    .bind(job)
+                    .bind(slot)
+                    .fetch_optional(&self.pool),
+            )
+            .await?;
         record.map(|r| self.decode_run(job, &r)).transpose()
     }
 
@@ -505,44 +530,25 @@ impl Store for PostgresStore {
     }
 
     async fn jobs(&self) -> Result<Vec<String>, StoreError> {
-        self.sent();
-        sqlx::query_scalar(&self.sql.jobs)
-            .bind(&self.namespace)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.error(e))
+        self.bounded(
+            sqlx::query_scalar(&self.sql.jobs)
+                .bind(&self.namespace)
+                .fetch_all(&self.pool),
+        )
+        .await
     }
 
     async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
-        self.sent();
-        sqlx::query(&self.sql.forget_job)
-            .bind(&self.namespace)
-            .bind(job)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        self.execute(&self.sql.forget_job, job).await?;
         Ok(())
     }
 
     async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
-        self.sent();
-        let done = sqlx::query(&self.sql.raw_primitive)
-            .bind(&self.namespace)
-            .bind(key)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(done.rows_affected() == 1)
+        Ok(self.execute(&self.sql.raw_primitive, key).await? == 1)
     }
 
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
-        self.sent();
-        sqlx::query(&self.sql.clear_raw_primitive)
-            .bind(&self.namespace)
-            .bind(prefix)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| self.error(e))?;
+        self.execute(&self.sql.clear_raw_primitive, prefix).await?;
         Ok(())
     }
 

@@ -1,10 +1,12 @@
-//! The store URL: sqlx's own `postgres://` URL, plus Baton's `schema` query parameter.
+//! The store URL: sqlx's own `postgres://` URL, plus Baton's `schema` and `timeout` query
+//! parameters.
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::store::{redact, StoreError};
+use crate::store::{redact, take_timeout, StoreError, DEFAULT_TIMEOUT};
 
 /// The schema the store's tables and functions live in when the URL names none: `baton`.
 pub const DEFAULT_SCHEMA: &str = "baton";
@@ -20,16 +22,20 @@ pub(crate) struct Target {
     pub server: String,
     /// The database's name.
     pub database: String,
+    /// How long an operation waits for a connection and an answer: `?timeout=`, 5 s unless
+    /// given.
+    pub timeout: Duration,
 }
 
 impl Target {
-    /// Parses `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&…]`.
+    /// Parses `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&timeout=DURATION&…]`.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let invalid = |reason: String| StoreError::InvalidUrl {
             url: redact(url),
             reason,
         };
-        let (sqlx_url, schema) = take_schema(url).map_err(invalid)?;
+        let (without_timeout, timeout) = take_timeout(url, DEFAULT_TIMEOUT)?;
+        let (sqlx_url, schema) = take_schema(&without_timeout).map_err(invalid)?;
         let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         check_schema_name(&schema).map_err(invalid)?;
         let options = PgConnectOptions::from_str(&sqlx_url)
@@ -51,6 +57,7 @@ impl Target {
             schema,
             server,
             database,
+            timeout,
         })
     }
 
@@ -76,30 +83,7 @@ impl Target {
 
 /// Splits Baton's `schema` parameter off the URL's query; the rest goes to sqlx untouched.
 fn take_schema(url: &str) -> Result<(String, Option<String>), String> {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, query),
-        None => return Ok((url.to_owned(), None)),
-    };
-    let mut schema = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("schema", value)) => {
-                if schema.replace(value.to_owned()).is_some() {
-                    return Err("the schema parameter is given twice".into());
-                }
-            }
-            Some(_) => rest.push(pair),
-            None if pair == "schema" => return Err("the schema parameter has no value".into()),
-            None => rest.push(pair),
-        }
-    }
-    let sqlx_url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((sqlx_url, schema))
+    crate::store::take_parameter(url, "schema")
 }
 
 /// A schema name Baton accepts: a plain identifier (letters, digits, `_`, not starting with a
@@ -160,6 +144,21 @@ mod tests {
         let t = Target::parse("postgres://postgres@localhost/test?host=/run/postgresql")
             .expect("valid url");
         assert_eq!(t.server, "/run/postgresql/.s.PGSQL.5432");
+    }
+
+    #[test]
+    fn timeout_defaults_to_5_s_and_is_not_passed_to_the_driver() {
+        let t = Target::parse("postgresql://postgres@127.0.0.1/test").expect("valid url");
+        assert_eq!(t.timeout, Duration::from_secs(5));
+        let t = Target::parse("postgres://u@h/d?timeout=30s&schema=jobs").expect("valid url");
+        assert_eq!(
+            (t.timeout, t.schema.as_str()),
+            (Duration::from_secs(30), "jobs")
+        );
+        let err = Target::parse("postgres://u:hunter2@h/d?timeout=soon").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("timeout parameter"), "{msg}");
+        assert!(!msg.contains("hunter2"), "{msg}");
     }
 
     #[test]

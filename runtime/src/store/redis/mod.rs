@@ -18,7 +18,9 @@
 //!
 //! URLs: `redis://[user:password@]host:port[/db]`, `rediss://` for TLS, `valkey://` and
 //! `valkeys://` alike; a cluster is `redis+cluster://host:port,host:port,…` (also
-//! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes.
+//! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes. Any of
+//! them may end in `?timeout=DURATION`: how long each operation waits for the server's answer
+//! ([`RESPONSE_TIMEOUT`], 5 s, unless given).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +43,9 @@ use crate::lease::{
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one operation waits for the server's answer before it fails with a retryable
-/// error: 5 s.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// error, unless the URL's `?timeout=DURATION` says otherwise: 5 s
+/// ([`DEFAULT_TIMEOUT`](crate::store::DEFAULT_TIMEOUT)).
+pub const RESPONSE_TIMEOUT: Duration = super::DEFAULT_TIMEOUT;
 
 /// The oldest Redis this store runs on: 6.2.
 pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
@@ -177,6 +180,8 @@ fn place_of(url: &str) -> String {
 impl RedisStore {
     /// Opens the store; see [`open`].
     pub async fn open(url: &str, namespace: &str) -> Result<Self, StoreError> {
+        let (url, response_timeout) = super::take_timeout(url, RESPONSE_TIMEOUT)?;
+        let url = url.as_str();
         let seeds = cluster_seeds(url)?;
         let place = match &seeds {
             Some(seeds) => format!("cluster {}", place_of(&seeds[0])),
@@ -197,7 +202,7 @@ impl RedisStore {
                     let client = redis::Client::open(url).map_err(invalid)?;
                     let config = redis::aio::ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                        .set_response_timeout(Some(response_timeout))
                         .set_number_of_retries(2);
                     ConnectionManager::new_with_config(client, config)
                         .await
@@ -207,7 +212,7 @@ impl RedisStore {
                 Some(seeds) => {
                     let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
                         .connection_timeout(CONNECT_TIMEOUT)
-                        .response_timeout(RESPONSE_TIMEOUT)
+                        .response_timeout(response_timeout)
                         .build()
                         .map_err(invalid)?;
                     client
