@@ -4,7 +4,7 @@
 //! Per-run overhead: a fresh store, instantiation and the call of the `empty` guest's `run`,
 //! through the job's [`Handler`] exactly as an instance runs an attempt (the guest runs on the
 //! host's guest runtime, with its log and its watch by the epoch watchdog), sent to returned.
-//! The native side spawns `/bin/true` and waits for it. The two alternate, run by run.
+//! The native side spawns `/bin/true` and waits for it. The two alternate in blocks of 50 runs.
 //!
 //! Zombie stop: the `busy-loop` guest never asks `signal-aborted()`; once it runs, the
 //! attempt's signal aborts (as on a lost lease), and the time until the handler's future ends
@@ -131,6 +131,12 @@ pub async fn measure(settings: &Settings) -> Result<WasmFigures, BenchError> {
     })
 }
 
+/// How many runs of one side go before the other side's: the two alternate in blocks, so that
+/// a change of load hits both, and each side runs as it would in a host that does only that.
+/// Run by run, the Wasm run right after each `/bin/true` spawn was about 50 µs slower than in
+/// blocks (docs/BENCHMARKS.md): a cost of the comparison, not of a host that runs Wasm jobs.
+const BLOCK: usize = 50;
+
 async fn overhead(empty: &WasmJob, runs: usize) -> Result<Overhead, BenchError> {
     // Warm up both sides: the first instantiations fill the pooling allocator's slots, the
     // first spawns the page cache.
@@ -140,9 +146,16 @@ async fn overhead(empty: &WasmJob, runs: usize) -> Result<Overhead, BenchError> 
     }
     let mut wasm = Vec::with_capacity(runs);
     let mut native = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        wasm.push(run_empty(empty).await?);
-        native.push(spawn_native().await?);
+    let mut left = runs;
+    while left > 0 {
+        let block = left.min(BLOCK);
+        for _ in 0..block {
+            wasm.push(run_empty(empty).await?);
+        }
+        for _ in 0..block {
+            native.push(spawn_native().await?);
+        }
+        left -= block;
     }
     let (wasm, native) = (Stats::of(wasm), Stats::of(native));
     Ok(Overhead {
