@@ -116,7 +116,13 @@ impl redis::aio::ConnectionLike for Counted {
 
 /// A store on a Redis or Valkey server, or a Redis Cluster.
 pub struct RedisStore {
+    /// Claims and everything else go on this connection.
     connection: Connection,
+    /// Heartbeats, finishes and releases go on a connection of their own, so that a burst of
+    /// claims (every job of a busy host due on the same second) cannot queue a lease's renewal
+    /// or a run's end behind it. On a cluster it is the same connection, which already talks to
+    /// each node on its own.
+    leases: Connection,
     /// Requests sent: see [`Store::round_trips`].
     sent: Arc<AtomicU64>,
     namespace: String,
@@ -204,10 +210,13 @@ impl RedisStore {
                         .set_connection_timeout(Some(CONNECT_TIMEOUT))
                         .set_response_timeout(Some(response_timeout))
                         .set_number_of_retries(2);
-                    ConnectionManager::new_with_config(client, config)
-                        .await
-                        .map(Connection::Single)
-                        .map_err(|e| connect_error(&place, e))
+                    let open = || async {
+                        ConnectionManager::new_with_config(client.clone(), config.clone())
+                            .await
+                            .map(Connection::Single)
+                            .map_err(|e| connect_error(&place, e))
+                    };
+                    Ok((open().await?, open().await?))
                 }
                 Some(seeds) => {
                     let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
@@ -215,15 +224,16 @@ impl RedisStore {
                         .response_timeout(response_timeout)
                         .build()
                         .map_err(invalid)?;
-                    client
+                    let connection = client
                         .get_async_connection()
                         .await
                         .map(Connection::Cluster)
-                        .map_err(|e| connect_error(&place, e))
+                        .map_err(|e| connect_error(&place, e))?;
+                    Ok((connection.clone(), connection))
                 }
             }
         };
-        let connection = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        let (connection, leases) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| StoreError::Unreachable {
                 store: place.clone(),
@@ -232,6 +242,7 @@ impl RedisStore {
             })??;
         let store = RedisStore {
             connection,
+            leases,
             sent: Arc::new(AtomicU64::new(0)),
             namespace: namespace.to_owned(),
             place,
@@ -287,6 +298,14 @@ impl RedisStore {
         }
     }
 
+    /// A handle on the leases' connection that counts what it sends.
+    fn counted_leases(&self) -> Counted {
+        Counted {
+            connection: self.leases.clone(),
+            sent: self.sent.clone(),
+        }
+    }
+
     /// The key of the raw primitive `key`, with the namespace's hash tag.
     fn scratch_key(&self, key: &str) -> String {
         format!("{{{}}}:bench:{key}", self.namespace)
@@ -310,6 +329,7 @@ impl RedisStore {
     /// Runs a script with the job's keys and these arguments; returns its JSON answer parsed.
     async fn script<T: for<'de> Deserialize<'de>>(
         &self,
+        mut on: Counted,
         script: &Script,
         job: &str,
         args: &[String],
@@ -321,11 +341,10 @@ impl RedisStore {
         for arg in args {
             invocation.arg(arg);
         }
-        let answer: String = {
-            let mut c = self.counted();
-            invocation.invoke_async(&mut c).await
-        }
-        .map_err(|e| self.error(e))?;
+        let answer: String = invocation
+            .invoke_async(&mut on)
+            .await
+            .map_err(|e| self.error(e))?;
         serde_json::from_str(&answer).map_err(|e| StoreError::Malformed {
             store: self.place.clone(),
             job: job.to_owned(),
@@ -596,7 +615,9 @@ impl Store for RedisStore {
             millis(o.retention()).to_string(),
             o.history_size.to_string(),
         ];
-        let answer: ClaimAnswer = self.script(&self.scripts.claim, request.job, &args).await?;
+        let answer: ClaimAnswer = self
+            .script(self.counted(), &self.scripts.claim, request.job, &args)
+            .await?;
         Ok(match answer {
             ClaimAnswer::Won {
                 attempt,
@@ -641,7 +662,9 @@ impl Store for RedisStore {
             token.to_string(),
             millis(lease).to_string(),
         ];
-        let answer: HeartbeatAnswer = self.script(&self.scripts.heartbeat, job, &args).await?;
+        let answer: HeartbeatAnswer = self
+            .script(self.counted_leases(), &self.scripts.heartbeat, job, &args)
+            .await?;
         Ok(match answer {
             HeartbeatAnswer::Renewed { lease_end } => HeartbeatOutcome::Renewed { lease_end },
             HeartbeatAnswer::Lost { state } => HeartbeatOutcome::Lost(state.map(Into::into)),
@@ -660,7 +683,9 @@ impl Store for RedisStore {
             token.to_string(),
             result.status().as_str().to_owned(),
         ];
-        let answer: TokenAnswer = self.script(&self.scripts.finish, job, &args).await?;
+        let answer: TokenAnswer = self
+            .script(self.counted_leases(), &self.scripts.finish, job, &args)
+            .await?;
         Ok(answer.into())
     }
 
@@ -671,7 +696,9 @@ impl Store for RedisStore {
         token: Token,
     ) -> Result<TokenOutcome, StoreError> {
         let args = [slot.to_string(), token.to_string(), "release".to_owned()];
-        let answer: TokenAnswer = self.script(&self.scripts.finish, job, &args).await?;
+        let answer: TokenAnswer = self
+            .script(self.counted_leases(), &self.scripts.finish, job, &args)
+            .await?;
         Ok(answer.into())
     }
 
