@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::store::{redact, take_timeout, StoreError, DEFAULT_TIMEOUT};
+use crate::store::{redact, take_parameter, take_timeout, StoreError, DEFAULT_TIMEOUT};
 
 /// The schema the store's tables and functions live in when the URL names none: `baton`.
 pub const DEFAULT_SCHEMA: &str = "baton";
@@ -35,7 +35,8 @@ impl Target {
             reason,
         };
         let (without_timeout, timeout) = take_timeout(url, DEFAULT_TIMEOUT)?;
-        let (sqlx_url, schema) = take_schema(&without_timeout).map_err(invalid)?;
+        // Baton's `schema` parameter comes off too; the rest goes to sqlx untouched.
+        let (sqlx_url, schema) = take_parameter(&without_timeout, "schema").map_err(invalid)?;
         let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         check_schema_name(&schema).map_err(invalid)?;
         let options = PgConnectOptions::from_str(&sqlx_url)
@@ -79,11 +80,6 @@ impl Target {
     pub fn quoted_schema(&self) -> String {
         format!("\"{}\"", self.schema)
     }
-}
-
-/// Splits Baton's `schema` parameter off the URL's query; the rest goes to sqlx untouched.
-fn take_schema(url: &str) -> Result<(String, Option<String>), String> {
-    crate::store::take_parameter(url, "schema")
 }
 
 /// A schema name Baton accepts: a plain identifier (letters, digits, `_`, not starting with a
@@ -134,7 +130,7 @@ mod tests {
         assert_eq!(t.server, "db.example:6543");
         assert_eq!(t.database, "app");
         assert_eq!(t.store(), "db.example:6543/app");
-        let (rest, schema) = take_schema("postgres://h/d?a=1&schema=s&b=2").unwrap();
+        let (rest, schema) = take_parameter("postgres://h/d?a=1&schema=s&b=2", "schema").unwrap();
         assert_eq!(rest, "postgres://h/d?a=1&b=2");
         assert_eq!(schema.as_deref(), Some("s"));
     }

@@ -292,16 +292,17 @@ impl RedisStore {
 
     /// A handle on the connection that counts what it sends.
     fn counted(&self) -> Counted {
-        Counted {
-            connection: self.connection.clone(),
-            sent: self.sent.clone(),
-        }
+        self.counted_on(&self.connection)
     }
 
     /// A handle on the leases' connection that counts what it sends.
     fn counted_leases(&self) -> Counted {
+        self.counted_on(&self.leases)
+    }
+
+    fn counted_on(&self, connection: &Connection) -> Counted {
         Counted {
-            connection: self.leases.clone(),
+            connection: connection.clone(),
             sent: self.sent.clone(),
         }
     }
