@@ -6,19 +6,11 @@ use std::time::{Duration, Instant};
 
 use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
 use baton::store::{self, redis::CONNECT_TIMEOUT, StoreError};
-use baton_tests::backends::redis_url;
+use baton_tests::backends::{redis_address, redis_url};
 use baton_tests::proxy::{Mode, Proxy};
 use baton_tests::{store_now, unique};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
-
-/// The host and port of the machine's Redis, for a proxy.
-fn redis_address() -> String {
-    redis_url()
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_owned()
-}
 
 async fn open_err(url: &str) -> StoreError {
     match store::open(url, "baton").await {

@@ -107,17 +107,11 @@ async fn timeout_parameter_sets_how_long_a_call_waits_for_the_write_lock() {
     let url = |timeout: &str| format!("sqlite://{}?timeout={timeout}", path.display());
     let impatient = store::open(&url("50ms"), "ns").await.expect("open");
     let patient = store::open(&url("10s"), "ns").await.expect("open");
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let file = path.clone();
+    let release = baton_tests::lock_sqlite_file(&path);
     let holder = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(&file).expect("open the file");
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .expect("take the write lock");
-        locked_tx.send(()).expect("report the lock");
         std::thread::sleep(std::time::Duration::from_millis(500));
-        conn.execute_batch("ROLLBACK").expect("let go of the lock");
+        drop(release);
     });
-    locked_rx.recv().expect("the file is locked");
     let err = impatient
         .release("job", 0, baton::lease::Token::random())
         .await

@@ -228,7 +228,7 @@ impl Scenario {
                 note = format!("delayed runner won {wins} claims meanwhile");
                 next_success(&c).await;
             }
-            Scenario::LateClaim => late_claim(&mut c, &mut note, &mut extra).await,
+            Scenario::LateClaim => late_claim(&mut c, &mut note).await,
             Scenario::AllDown => {
                 c.start(2).await;
                 // Right after a slot was won, so no slot is half claimed when the last dies.
@@ -378,7 +378,7 @@ fn catch_up_jobs() -> Vec<Job> {
 /// has run the job, what it sends to the store stalls for 12 s, so the claim of the next slot
 /// reaches the store more than `max_late` (0 s) + 10 s after its slot. The store must answer
 /// late, the runner must hear it, and no slot may run that late.
-async fn late_claim(c: &mut Cluster, note: &mut String, extra: &mut Vec<Violation>) {
+async fn late_claim(c: &mut Cluster, note: &mut String) {
     let patient = RunnerOptions {
         store_timeout: Some("30s"),
         ..RunnerOptions::default()
@@ -409,17 +409,12 @@ async fn late_claim(c: &mut Cluster, note: &mut String, extra: &mut Vec<Violatio
     c.outage(from, back.at);
     let events = c.events();
     let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
-    let heard = count("late");
+    // At least one: the wait for the store's late answer above fails otherwise.
     *note = format!(
-        "late answers heard: {heard}, claims failed (client timeout): {}",
+        "late answers heard: {}, claims failed (client timeout): {}",
+        count("late"),
         count("claim failed")
     );
-    if heard == 0 {
-        extra.push(Violation {
-            rule: "a late claim is answered late",
-            detail: "the runner heard no late answer".into(),
-        });
-    }
 }
 
 /// No run of `job` started later than `limit` ms after its slot.

@@ -97,11 +97,7 @@ mod lost_answer {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn finish_whose_answer_was_lost_is_recorded_once_as_success_not_lost() {
-        let target = baton_tests::backends::redis_url()
-            .trim_start_matches("redis://")
-            .trim_end_matches('/')
-            .to_owned();
-        let proxy = Proxy::start(target).await;
+        let proxy = Proxy::start(baton_tests::backends::redis_address()).await;
         let url = format!("redis://127.0.0.1:{}", proxy.port);
         let direct = baton_tests::backends::redis().await;
         let f = direct.reached_through(url);

@@ -261,41 +261,21 @@ async fn requests_of_two_instances(f: &Fixture, heartbeat: u64, work: Duration, 
     let name = unique("watch");
     let mut opts = options((3 * heartbeat).max(5_000), heartbeat);
     opts.catch_up = Duration::ZERO;
-    let start = |runner: &'static str| {
-        let config = baton::instance::InstanceConfig {
-            store_url: f.url.clone(),
-            namespace: f.namespace.clone(),
-            runner: runner.to_owned(),
-        };
+    let jobs = || {
         let every_second = Schedule::parse("* * * * * *", "UTC").expect("valid");
-        let jobs = vec![job(&name, every_second, opts, worker(work))];
-        async move {
-            let kept: Arc<Mutex<Option<Arc<dyn baton::store::Store>>>> = Arc::default();
-            let keep = kept.clone();
-            let instance = baton::instance::Instance::start_with(config, jobs, move |store| {
-                *keep.lock().expect("not poisoned") = Some(store.clone());
-                store
-            })
-            .await
-            .expect("instance starts");
-            let store = kept
-                .lock()
-                .expect("not poisoned")
-                .take()
-                .expect("the store");
-            (instance, store)
-        }
+        vec![job(&name, every_second, opts, worker(work))]
     };
-    let (a, a_store) = start("a").await;
-    let (b, b_store) = start("b").await;
+    let a = node(f, "a", jobs()).await;
+    let b = node(f, "b", jobs()).await;
+    let (a_store, b_store) = (a.instance.store(), b.instance.store());
     let requests = || a_store.round_trips() + b_store.round_trips();
-    let mut events = [a.subscribe(), b.subscribe()];
+    let mut events = [a.events, b.events];
     successes(&mut events, &name, 4).await;
     let before = requests();
     successes(&mut events, &name, runs as usize).await;
     let sent = requests() - before;
-    a.stop(Duration::from_secs(1)).await;
-    b.stop(Duration::from_secs(1)).await;
+    a.instance.stop(Duration::from_secs(1)).await;
+    b.instance.stop(Duration::from_secs(1)).await;
     sent
 }
 
@@ -314,9 +294,11 @@ async fn successes(
                 e = a.recv() => e,
                 e = b.recv() => e,
             };
-            if let Ok(e) = e {
-                if e.kind == EventKind::Success && e.job == job {
-                    seen += 1;
+            match e {
+                Ok(e) if e.kind == EventKind::Success && e.job == job => seen += 1,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("events closed waiting for successes of {job}")
                 }
             }
         }

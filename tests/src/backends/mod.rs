@@ -17,6 +17,14 @@ pub fn redis_url() -> String {
     std::env::var("BATON_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// The host and port of the machine's Redis ([`redis_url`]), for a proxy in front of it.
+pub fn redis_address() -> String {
+    redis_url()
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned()
+}
+
 /// The PostgreSQL database the tests use: `BATON_TEST_POSTGRES_URL`, or
 /// `postgres://postgres@127.0.0.1:5432/test`.
 pub fn postgres_url() -> String {
