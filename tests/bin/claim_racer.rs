@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Overlap, Token};
+use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Overlap, Token};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -17,7 +17,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let (base, count, start_at): (i64, i64, i64) =
         (base.parse()?, count.parse()?, start_at.parse()?);
-    let store = baton::store::open(url, namespace).await?;
+    let store = baton_core::store::open(url, namespace).await?;
     while store.now().await? < start_at {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

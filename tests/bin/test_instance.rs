@@ -9,9 +9,9 @@
 use std::io::Write;
 use std::time::Duration;
 
-use baton::instance::{handler_fn, Instance, InstanceConfig, Job};
-use baton::lease::LeaseOptions;
-use baton::schedule::Schedule;
+use baton_core::instance::{handler_fn, Instance, InstanceConfig, Job};
+use baton_core::lease::LeaseOptions;
+use baton_core::schedule::Schedule;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::lease::{
+use baton_core::lease::{
     AttemptOutcome, ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease,
     LeaseOptions, Overlap, Status, Token, TokenOutcome,
 };
-use baton::store::Store;
+use baton_core::store::Store;
 use baton_tests::{store_now, unique, wait_past, Fixture};
 
 /// Lease options for tests: a 300 ms lease, 50 ms heartbeat, the spec's other defaults.
@@ -66,7 +66,7 @@ async fn job_and_slot(f: &Fixture) -> (String, i64) {
     (unique("job"), store_now(&*f.store).await - 1_000)
 }
 
-async fn run_of(store: &dyn Store, job: &str, slot: i64) -> baton::lease::Run {
+async fn run_of(store: &dyn Store, job: &str, slot: i64) -> baton_core::lease::Run {
     store
         .get(job, slot)
         .await

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Overlap, Token};
-use baton::store::postgres::{CONNECT_TIMEOUT, SCHEMA_VERSION};
-use baton::store::{self, Store, StoreError};
+use baton_core::lease::{
+    ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Overlap, Token,
+};
+use baton_core::store::postgres::{CONNECT_TIMEOUT, SCHEMA_VERSION};
+use baton_core::store::{self, Store, StoreError};
 use baton_tests::backends::{self, postgres_url};
 use baton_tests::proxy::{Mode, Proxy};
 use baton_tests::servers::free_port;

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
-use baton::store::{self, redis::CONNECT_TIMEOUT, StoreError};
+use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+use baton_core::store::{self, redis::CONNECT_TIMEOUT, StoreError};
 use baton_tests::backends::{redis_address, redis_url};
 use baton_tests::proxy::{Mode, Proxy};
 use baton_tests::{store_now, unique};

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use baton::store::{self, StoreError};
+use baton_core::store::{self, StoreError};
 
 #[tokio::test]
 async fn corrupt_file_is_refused_with_its_path() {
@@ -58,7 +58,7 @@ async fn file_of_a_newer_schema_is_refused_with_its_path() {
 
 #[tokio::test]
 async fn reopening_a_file_keeps_its_runs() {
-    use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+    use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("keep.db").display());
     let s = store::open(&url, "ns").await.expect("open");
@@ -113,12 +113,12 @@ async fn timeout_parameter_sets_how_long_a_call_waits_for_the_write_lock() {
         drop(release);
     });
     let err = impatient
-        .release("job", 0, baton::lease::Token::random())
+        .release("job", 0, baton_core::lease::Token::random())
         .await
         .expect_err("the write lock is held for 500 ms");
     assert!(err.is_retryable(), "{err}");
     patient
-        .release("job", 0, baton::lease::Token::random())
+        .release("job", 0, baton_core::lease::Token::random())
         .await
         .expect("waits for the lock");
     holder.join().expect("the lock holder");

@@ -424,7 +424,7 @@ impl Cluster {
         cmd.args(["run", "--jobs", &jobs, "--store", &url, "--runner", id])
             .args(["--namespace", &self.namespace, "--log-format", "json"])
             .args(["--stop-timeout", &format!("{STOP_TIMEOUT_MS}ms")])
-            .env("RUST_LOG", "info,baton::wasm=warn")
+            .env("RUST_LOG", "info,baton_wasm=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

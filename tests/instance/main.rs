@@ -89,8 +89,8 @@ mod lost_answer {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use baton::instance::{handler_fn, EventKind};
-    use baton::lease::Status;
+    use baton_core::instance::{handler_fn, EventKind};
+    use baton_core::lease::Status;
     use baton_tests::proxy::{Mode, Proxy};
 
     use crate::support::*;
@@ -151,7 +151,7 @@ mod lost_answer {
 
 /// The daylight-saving policy, as the README documents it.
 mod dst {
-    use baton::schedule::{format_in, Schedule};
+    use baton_core::schedule::{format_in, Schedule};
 
     fn slots(expr: &str, zone: &str, after: &str, n: usize) -> Vec<String> {
         let s = Schedule::parse(expr, zone).expect("valid schedule");

@@ -4,9 +4,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton::instance::{handler_fn, AbortReason, EventKind};
-use baton::lease::{AttemptOutcome, ClaimKind, Status};
-use baton::schedule::Schedule;
+use baton_core::instance::{handler_fn, AbortReason, EventKind};
+use baton_core::lease::{AttemptOutcome, ClaimKind, Status};
+use baton_core::schedule::Schedule;
 use baton_tests::{unique, Fixture};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -281,7 +281,7 @@ async fn requests_of_two_instances(f: &Fixture, heartbeat: u64, work: Duration, 
 
 /// Waits for `n` successes of `job` on either of two instances.
 async fn successes(
-    events: &mut [tokio::sync::broadcast::Receiver<baton::instance::Event>; 2],
+    events: &mut [tokio::sync::broadcast::Receiver<baton_core::instance::Event>; 2],
     job: &str,
     n: usize,
 ) {

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::instance::{handler_fn, Event, EventKind, Handler, Instance, InstanceConfig, Job};
-use baton::lease::{LeaseOptions, Run};
-use baton::schedule::Schedule;
+use baton_core::instance::{handler_fn, Event, EventKind, Handler, Instance, InstanceConfig, Job};
+use baton_core::lease::{LeaseOptions, Run};
+use baton_core::schedule::Schedule;
 use baton_tests::Fixture;
 use tokio::sync::broadcast;
 

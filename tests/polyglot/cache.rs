@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use baton::instance::Handler;
+use baton_core::instance::Handler;
 
 use crate::support::{built, context, host_with_cache, sandbox, Lang};
 

@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use baton::instance::{AbortReason, Handler};
+use baton_core::instance::{AbortReason, Handler};
 use baton_tests::process::BatonProcess;
 use serde_json::Value;
 

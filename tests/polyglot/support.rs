@@ -6,7 +6,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use baton::wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost};
+use baton_wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost};
 use sha2::{Digest, Sha256};
 
 /// The repository's root.

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use baton::instance::{LeaseDeadline, RunContext, Signal};
-use baton::lease::ClaimKind;
+use baton_core::instance::{LeaseDeadline, RunContext, Signal};
+use baton_core::lease::ClaimKind;
 
 /// An attempt's context for `job`, with a lease that stays alive for an hour.
 pub fn context(job: &str) -> RunContext {

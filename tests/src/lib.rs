@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::store::{self, Store};
+use baton_core::store::{self, Store};
 
 pub mod attempt;
 pub mod backends;
@@ -98,26 +98,39 @@ pub fn under_ci() -> bool {
 pub fn baton_binary() -> std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("the test's own path");
-            let profile_dir = exe
-                .parent()
-                .and_then(|deps| deps.parent())
-                .expect("the test runs from <target>/<profile>/deps")
-                .to_path_buf();
-            let status = std::process::Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "-p", "baton", "--bin", "baton"])
-                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-                .env(
-                    "CARGO_TARGET_DIR",
-                    profile_dir.parent().expect("the target directory"),
-                )
-                .status()
-                .expect("run cargo build for the baton binary");
-            assert!(status.success(), "cargo build -p baton failed");
-            profile_dir.join("baton")
-        })
+        .get_or_init(|| workspace_binary("baton", "baton"))
         .clone()
+}
+
+/// The native example (`examples/native`: the lease engine with a Rust closure as the job, on
+/// SQLite), built once per test process if needed.
+pub fn native_example_binary() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| workspace_binary("baton-native-example", "baton-native-example"))
+        .clone()
+}
+
+/// Builds binary `bin` of workspace package `package` into this test's target directory and
+/// returns its path.
+fn workspace_binary(package: &str, bin: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from <target>/<profile>/deps")
+        .to_path_buf();
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env(
+            "CARGO_TARGET_DIR",
+            profile_dir.parent().expect("the target directory"),
+        )
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build for {package}: {e}"));
+    assert!(status.success(), "cargo build -p {package} failed");
+    profile_dir.join(bin)
 }
 
 /// Takes the write lock of the SQLite file at `path` on a connection of its own (`BEGIN

@@ -62,7 +62,7 @@ fn baton_run_runs_a_jobs_directory_on_sqlite_and_stops_on_sigterm() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let history = rt.block_on(async {
-        let store = baton::store::open(&format!("sqlite://{}", db.display()), "baton")
+        let store = baton_core::store::open(&format!("sqlite://{}", db.display()), "baton")
             .await
             .expect("open the store baton wrote");
         store.history("hello", 100).await.expect("history")
@@ -74,7 +74,7 @@ fn baton_run_runs_a_jobs_directory_on_sqlite_and_stops_on_sigterm() {
         .clone();
     let done = history
         .iter()
-        .find(|run| run.status == baton::lease::Status::Success)
+        .find(|run| run.status == baton_core::lease::Status::Success)
         .expect("a successful run in the store");
     assert_eq!(done.attempts[0].runner, "e2e");
     assert_eq!(done.attempts[0].digest.as_deref(), Some(expected.as_str()));

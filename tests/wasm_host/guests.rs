@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use baton::instance::{AbortReason, Handler};
-use baton::wasm::LineSource;
+use baton_core::instance::{AbortReason, Handler};
+use baton_wasm::LineSource;
 
 use crate::support::{context, host, job, lines_of, run, sandbox, unique, wait_running};
 
@@ -22,7 +22,7 @@ async fn hello_logs_its_run_info_tagged_with_job_slot_and_attempt() {
     );
     assert!(
         lines.iter().any(
-            |l| l.source == LineSource::Log(baton::wasm::log::Level::Info)
+            |l| l.source == LineSource::Log(baton_wasm::log::Level::Info)
                 && l.message == expected
                 && l.slot == slot
                 && l.attempt == 1
@@ -114,7 +114,8 @@ async fn sleeper_in_a_host_call_is_stopped_when_its_lease_deadline_passes() {
     let name = unique("sleeper");
     let sleeper = job(env!("GUEST_SLEEPER"), sandbox());
     let mut ctx = context(&name);
-    ctx.deadline = baton::instance::LeaseDeadline::new(Instant::now() + Duration::from_millis(400));
+    ctx.deadline =
+        baton_core::instance::LeaseDeadline::new(Instant::now() + Duration::from_millis(400));
     let signal = ctx.signal.clone();
     let started = Instant::now();
     let message = run(&sleeper, ctx, WITHIN).await.unwrap_err();
@@ -257,7 +258,7 @@ async fn flood_is_truncated_with_a_count_of_dropped_bytes_and_the_attempt_succee
         .filter(|l| l.source != LineSource::Host)
         .map(|l| l.message.len() + 1)
         .sum();
-    assert!(kept <= baton::wasm::LOG_BUDGET, "{kept} bytes kept");
+    assert!(kept <= baton_wasm::LOG_BUDGET, "{kept} bytes kept");
     let written = 5 * 1024 * 1024;
     let notice = lines
         .iter()

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::instance::{Event, EventKind, Instance, InstanceConfig};
-use baton::jobs::directory::{Change, JobsDirectory};
+use baton_core::instance::{Event, EventKind, Instance, InstanceConfig};
+use baton_wasm::jobs::directory::{Change, JobsDirectory};
 use tokio::sync::broadcast;
 
 use crate::support::{copy_guest, host};
@@ -121,7 +121,7 @@ async fn a_changed_component_is_picked_up_while_running_and_an_attempt_in_flight
         .expect("the run");
     assert_eq!(
         old_run.status,
-        baton::lease::Status::Running,
+        baton_core::lease::Status::Running,
         "the attempt in flight still runs the long job"
     );
     assert_eq!(

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use baton::instance::{AbortReason, Handler};
+use baton_core::instance::{AbortReason, Handler};
 
 use crate::support::{context, job, run, sandbox, summary, unique, wait_running};
 

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::instance::{EventKind, Instance, InstanceConfig, Job};
-use baton::lease::{AttemptOutcome, LeaseOptions};
-use baton::schedule::Schedule;
+use baton_core::instance::{EventKind, Instance, InstanceConfig, Job};
+use baton_core::lease::{AttemptOutcome, LeaseOptions};
+use baton_core::schedule::Schedule;
 
 use crate::jobs_dir::wait_event;
 use crate::support::{host, job, sandbox};

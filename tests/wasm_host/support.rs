@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use baton::instance::{Handler, RunContext};
-use baton::wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost, WasmJob};
+use baton_core::instance::{Handler, RunContext};
+use baton_wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost, WasmJob};
 
 static LINES: Mutex<Vec<GuestLine>> = Mutex::new(Vec::new());
 

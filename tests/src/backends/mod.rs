@@ -40,7 +40,7 @@ pub fn postgres_store_url() -> String {
     URL.get_or_init(|| {
         use sha2::{Digest, Sha256};
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../runtime/src/store/postgres/migrations");
+            .join("../runtime/core/src/store/postgres/migrations");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
             .filter_map(|e| e.ok().map(|e| e.path()))

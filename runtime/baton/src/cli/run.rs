@@ -1,0 +1,180 @@
+//! `baton run`: the jobs of a directory, as components, on an instance of the cluster.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use super::config::Settings;
+use baton_core::instance::{Instance, InstanceConfig};
+use baton_wasm::jobs::directory::{Change, JobsDirectory, POLL_EVERY};
+use baton_wasm::{HostConfig, WasmHost};
+
+/// The options of `baton run`. None has a default here: [`Settings::resolve`] fills in the
+/// config file's value, then the default, for each one left unset.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A TOML file with any of the options below (keys as the long flags, `_` for `-`).
+    #[arg(long, env = "BATON_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The jobs directory: `<name>.wasm` beside `<name>.toml`, watched for changes.
+    /// [default: ./jobs]
+    #[arg(long, env = "BATON_JOBS")]
+    pub jobs: Option<PathBuf>,
+    /// The shared store: sqlite://PATH, redis://HOST:PORT, valkey://HOST:PORT,
+    /// redis+cluster://HOST:PORT,HOST:PORT, postgres://USER@HOST:PORT/DB.
+    /// [default: sqlite://baton.db]
+    #[arg(long, env = "BATON_STORE")]
+    pub store: Option<String>,
+    /// This host's runner id, unique in the cluster. [default: HOSTNAME-PID]
+    #[arg(long, env = "BATON_RUNNER")]
+    pub runner: Option<String>,
+    /// The namespace in the store; clusters that share a store use different ones.
+    /// [default: baton]
+    #[arg(long, env = "BATON_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// How long running jobs get to stop on SIGTERM/Ctrl-C before they are interrupted and
+    /// handed over, e.g. 30s, 500ms, 2m. [default: 30s]
+    #[arg(long, env = "BATON_STOP_TIMEOUT", value_parser = parse_duration)]
+    pub stop_timeout: Option<Duration>,
+    /// Serve /metrics (Prometheus), /healthz, /readyz and /runs on this address, e.g.
+    /// 127.0.0.1:9464. [default: off]
+    #[arg(long, env = "BATON_HTTP")]
+    pub http: Option<String>,
+    /// Keep compiled components here, so a restart does not compile them again; `off` for
+    /// none. [default: $XDG_CACHE_HOME/baton, or ~/.cache/baton]
+    #[arg(long, env = "BATON_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    baton_core::duration::parse_duration(s)
+}
+
+/// Runs the jobs until the first SIGTERM or SIGINT, then stops with hand-over; a second signal
+/// stops at once.
+pub async fn run(args: Settings) -> anyhow::Result<()> {
+    if !args.jobs.is_dir() {
+        bail!(
+            "jobs directory {} does not exist; create it (one <name>.toml beside each <name>.wasm) or pass --jobs DIR",
+            args.jobs.display()
+        );
+    }
+    // Listen before anything can be told to stop us, so an early SIGTERM is a clean stop.
+    let mut signals = Signals::new()?;
+    let redacted = baton_core::store::redact(&args.store);
+    let runner = args.runner.clone();
+    let config = InstanceConfig {
+        store_url: args.store.clone(),
+        namespace: args.namespace.clone(),
+        runner: runner.clone(),
+    };
+    let instance = Arc::new(
+        Instance::start(config, Vec::new())
+            .await
+            .with_context(|| format!("opening store {redacted}"))?,
+    );
+    let metrics = instance.metrics();
+    let host = WasmHost::new(HostConfig {
+        trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),
+        cache_dir: args.cache_dir.clone(),
+        ..HostConfig::default()
+    })
+    .context("starting the wasm host")?;
+    let mut dir = JobsDirectory::new(&args.jobs, host);
+    // Compiling the components is CPU work: keep it off the async workers' backs.
+    let changes = tokio::task::block_in_place(|| dir.sync(&instance))
+        .with_context(|| format!("reading jobs directory {}", args.jobs.display()))?;
+    let broken = changes
+        .iter()
+        .filter(|c| matches!(c, Change::Failed { .. }))
+        .count();
+    tracing::info!(
+        runner = %runner,
+        store = %redacted,
+        namespace = %args.namespace,
+        jobs = %args.jobs.display(),
+        running = instance.job_names().len(),
+        broken,
+        "baton is running; SIGTERM or Ctrl-C stops it with hand-over"
+    );
+    let watcher = dir
+        .watch(instance.clone(), POLL_EVERY)
+        .context("starting the jobs directory watch")?;
+    if let Some(addr) = &args.http {
+        let status = Arc::new(HostStatus {
+            instance: instance.clone(),
+        });
+        let bound = crate::http::serve(addr, instance.metrics(), status).await?;
+        tracing::info!(http = %bound, "serving /metrics, /healthz, /readyz and /runs");
+    }
+
+    signals.next().await;
+    drop(watcher);
+    tracing::info!(
+        stop_timeout = %baton_core::duration::format_duration(args.stop_timeout),
+        "stopping: running jobs are told to stop and handed over; a second signal stops at once"
+    );
+    tokio::select! {
+        report = instance.stop(args.stop_timeout) => {
+            tracing::info!(ended = report.ended, abandoned = report.abandoned, "stopped");
+            Ok(())
+        }
+        _ = signals.next() => {
+            tracing::warn!("second signal: stopping at once; running leases run out on their own");
+            std::process::exit(130);
+        }
+    }
+}
+
+/// What `/readyz` and `/runs` ask of this host.
+struct HostStatus {
+    instance: Arc<Instance>,
+}
+
+#[async_trait::async_trait]
+impl crate::http::Status for HostStatus {
+    async fn ready(&self) -> Result<(), String> {
+        self.instance
+            .store()
+            .now()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn runs(&self) -> Result<serde_json::Value, String> {
+        let store = self.instance.store();
+        let mut runs = Vec::new();
+        for job in self.instance.job_names() {
+            for run in store.unfinished(&job).await.map_err(|e| e.to_string())? {
+                runs.push(baton_core::report::run_json(&run));
+            }
+        }
+        Ok(serde_json::Value::Array(runs))
+    }
+}
+
+/// SIGTERM and SIGINT, as one stream.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The shared store every instance of a cluster claims runs in, and its backends.
+//!
+//! [`Store`] is the contract of `DESIGN.md`: every operation is atomic and reads the time from
+//! the store's own clock. [`open`] picks a backend by URL scheme.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::lease::{
+    ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, Token, TokenOutcome,
+};
+
+pub(crate) mod model;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// The boxed cause of a store error.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What can go wrong talking to a store. Messages name the store (a path, or a host and port,
+/// never a password) and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL is malformed.
+    #[error("invalid store url {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, with any password removed.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The URL's scheme names no backend.
+    #[error(
+        "unknown store scheme {scheme:?}; use sqlite://PATH, redis://HOST:PORT, \
+         valkey://HOST:PORT or postgres://USER@HOST:PORT/DB"
+    )]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// The store could not be reached (refused, timed out, dropped). Worth retrying.
+    #[error("cannot reach store {store}: {source}")]
+    Unreachable {
+        /// Host and port, or path.
+        store: String,
+        /// Why.
+        #[source]
+        source: Cause,
+    },
+    /// The store is a server of the wrong kind, or too old.
+    #[error("store {store} is not supported: {reason}")]
+    Unsupported {
+        /// Host and port.
+        store: String,
+        /// What was found and what is needed.
+        reason: String,
+    },
+    /// The database file is not a database, or is damaged.
+    #[error("{path} is not a Baton database or is corrupt ({source}); move it aside or point --store at another file")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// The database's own error.
+        #[source]
+        source: Cause,
+    },
+    /// The database file or its directory cannot be written.
+    #[error("{path} is read-only ({source}); Baton must write to its store: fix the file's permissions or use another path")]
+    ReadOnly {
+        /// The file.
+        path: String,
+        /// The database's own error.
+        #[source]
+        source: Cause,
+    },
+    /// The database was written by a newer Baton.
+    #[error("{path} has schema version {found}, but this Baton knows versions up to {supported}; upgrade Baton")]
+    NewerSchema {
+        /// The file or database.
+        path: String,
+        /// The version found.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// A stored record could not be read back.
+    #[error("store {store} holds a malformed record for job {job:?}: {reason}")]
+    Malformed {
+        /// Host and port, or path.
+        store: String,
+        /// The job.
+        job: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The URL names a backend this build of Baton was compiled without.
+    #[error(
+        "this build has no {scheme} store: build baton-core with the cargo feature {feature:?}"
+    )]
+    NotBuilt {
+        /// The URL's scheme.
+        scheme: String,
+        /// The cargo feature that adds the backend.
+        feature: &'static str,
+    },
+    /// Any other error the backend reported.
+    #[error("store {store}: {source}")]
+    Backend {
+        /// Host and port, or path.
+        store: String,
+        /// The backend's error.
+        #[source]
+        source: Cause,
+    },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if sent again: the store was out of reach, or it
+    /// answered with a passing error. Every store operation is safe to retry: a retried claim
+    /// cannot make two winners, since the first one's record answers the second.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable { .. } | StoreError::Backend { .. }
+        )
+    }
+}
+
+/// The shared store: claims, leases and the record of every run.
+///
+/// Every method is one atomic step on the store, with all lease times read from the store's own
+/// clock inside it. An I/O failure is an `Err`, never a refusal: a heartbeat that did not reach
+/// the store is not [`HeartbeatOutcome::Lost`].
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The backend's name: `sqlite`, `redis`, `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// The store's clock, ms since the Unix epoch.
+    async fn now(&self) -> Result<i64, StoreError>;
+
+    /// Claims a run (rules 1, 3, 5 and 6): see [`ClaimOutcome`] for the answers.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
+
+    /// Renews the lease to now + `lease`, only with the current token and only while the lease
+    /// was not released (rule 2).
+    async fn heartbeat(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        lease: Duration,
+    ) -> Result<HeartbeatOutcome, StoreError>;
+
+    /// Records the end of the run, only with the current token (rule 4).
+    async fn finish(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Finish,
+    ) -> Result<TokenOutcome, StoreError>;
+
+    /// Ends the lease now and records a hand-over, only with the current token (rule 4). A
+    /// backup then takes the run over, and the attempt does not count toward `max_attempts`.
+    async fn release(&self, job: &str, slot: i64, token: Token)
+        -> Result<TokenOutcome, StoreError>;
+
+    /// One run's record.
+    async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError>;
+
+    /// The runs of a job whose status is running (their lease alive or not), oldest first.
+    async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError>;
+
+    /// Up to `limit` runs of a job, newest first.
+    async fn history(&self, job: &str, limit: usize) -> Result<Vec<Run>, StoreError>;
+
+    /// The names of the jobs that have runs in this namespace, sorted.
+    async fn jobs(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes every record of a job in this namespace: its runs, its fence counter and its
+    /// name. An instance never calls it; `baton bench` does, to leave no runs of its own behind.
+    /// Deleting a job whose runs a live instance still claims breaks the spec's rules for that
+    /// job (a late claim would find no state), so only forget jobs that nobody runs.
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError>;
+
+    /// The backend's cheapest atomic conditional write, sent as one request on the store's own
+    /// connections (pool): the floor a claim is measured against by `baton bench`. It writes
+    /// `key` in this namespace if it is absent and answers whether it did:
+    ///
+    /// - Redis and Valkey: `SET key 1 NX PX 600000` (the key expires after 10 minutes);
+    /// - PostgreSQL and SQLite: `INSERT INTO baton_bench_scratch … ON CONFLICT DO NOTHING`, one
+    ///   autocommitted statement into a scratch table that holds nothing else.
+    ///
+    /// On Redis the key carries the namespace's hash tag, so it is valid on a cluster.
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError>;
+
+    /// Deletes what [`Store::raw_primitive`] wrote in this namespace under keys that start
+    /// with `prefix`.
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError>;
+
+    /// How many requests this client has sent to the store since it was opened, counting
+    /// every one whose answer it waited for: one per round trip. A retry, a script sent again
+    /// after `NOSCRIPT`, or the registration of a job's name each count. On Redis and Valkey
+    /// each command (or pipeline) sent on the connection counts; on PostgreSQL each statement
+    /// executed; on SQLite, which has no server, each transaction or statement on the file.
+    fn round_trips(&self) -> u64;
+}
+
+/// The store URL's query parameter that sets how long one operation waits for the store before
+/// it fails with a retryable error: `?timeout=DURATION` (`500ms`, `30s`, `1m`, …), on every
+/// backend. Redis and Valkey: the response timeout of each command, 5 s unless given
+/// ([`DEFAULT_TIMEOUT`]). PostgreSQL: the wait for a connection of the pool and for the
+/// server's answer, 5 s unless given. SQLite: how long a call waits for another process's write
+/// lock on the file (the busy timeout), 10 s unless given.
+pub const TIMEOUT_PARAMETER: &str = "timeout";
+
+/// How long one operation on a network store waits for its answer unless the URL says
+/// `?timeout=`: 5 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest and the longest `?timeout=` accepted: 10 ms and 1 h.
+pub const TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(3_600));
+
+/// Takes Baton's own query parameter `name` off a URL: returns the URL without it (its other
+/// parameters kept, in order) and the parameter's value, if given. Fails, with a reason that
+/// names the parameter, when it is given twice or without a value.
+pub(crate) fn take_parameter(url: &str, name: &str) -> Result<(String, Option<String>), String> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut value = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((key, v)) if key == name => {
+                if value.replace(v.to_owned()).is_some() {
+                    return Err(format!("the {name} parameter is given twice"));
+                }
+            }
+            None if pair == name => return Err(format!("the {name} parameter has no value")),
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, value))
+}
+
+/// Takes `?timeout=DURATION` off a store URL (see [`TIMEOUT_PARAMETER`]): returns the URL
+/// without it and the timeout, `default` when the URL gives none. Fails with
+/// [`StoreError::InvalidUrl`] naming the parameter for a value that is not a duration or is out
+/// of [`TIMEOUT_RANGE`].
+pub fn take_timeout(url: &str, default: Duration) -> Result<(String, Duration), StoreError> {
+    let invalid = |reason: String| StoreError::InvalidUrl {
+        url: redact(url),
+        reason,
+    };
+    let (rest, value) = take_parameter(url, TIMEOUT_PARAMETER).map_err(invalid)?;
+    let Some(value) = value else {
+        return Ok((rest, default));
+    };
+    let timeout = crate::duration::parse_duration(&value)
+        .map_err(|e| invalid(format!("the {TIMEOUT_PARAMETER} parameter: {e}")))?;
+    let (min, max) = TIMEOUT_RANGE;
+    if timeout < min || timeout > max {
+        return Err(invalid(format!(
+            "the {TIMEOUT_PARAMETER} parameter {value:?} is out of range: use {min:?} to {max:?}"
+        )));
+    }
+    Ok((rest, timeout))
+}
+
+/// The namespace used when none is given: `baton`.
+pub const DEFAULT_NAMESPACE: &str = "baton";
+
+/// Opens the store a URL names, in a namespace (several clusters can share one store):
+/// `sqlite://PATH` (relative, or `sqlite:///absolute/path`), `redis://…`, `valkey://…`,
+/// `postgres://…`; each may end in `?timeout=DURATION` (see [`TIMEOUT_PARAMETER`]).
+pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let (scheme, _) = url
+        .split_once("://")
+        .ok_or_else(|| StoreError::InvalidUrl {
+            url: redact(url),
+            reason: "expected SCHEME://…, e.g. sqlite://baton.db".into(),
+        })?;
+    match scheme {
+        "sqlite" => {
+            #[cfg(feature = "sqlite")]
+            return sqlite::open(url, namespace).await;
+            #[cfg(not(feature = "sqlite"))]
+            return Err(not_built(scheme, "sqlite"));
+        }
+        "redis" | "rediss" | "valkey" | "valkeys" | "redis+cluster" | "rediss+cluster"
+        | "valkey+cluster" | "valkeys+cluster" => {
+            #[cfg(feature = "redis")]
+            return redis::open(url, namespace).await;
+            #[cfg(not(feature = "redis"))]
+            return Err(not_built(scheme, "redis"));
+        }
+        "postgres" | "postgresql" => {
+            #[cfg(feature = "postgres")]
+            return postgres::open(url, namespace).await;
+            #[cfg(not(feature = "postgres"))]
+            return Err(not_built(scheme, "postgres"));
+        }
+        other => Err(StoreError::UnknownScheme {
+            scheme: other.to_owned(),
+        }),
+    }
+}
+
+/// The error for a URL whose backend this build left out.
+#[allow(dead_code)] // unused when every backend is built
+fn not_built(scheme: &str, feature: &'static str) -> StoreError {
+    StoreError::NotBuilt {
+        scheme: scheme.to_owned(),
+        feature,
+    }
+}
+
+/// A URL with its password, if any, replaced by `***`, fit for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{tail}")
+            } else {
+                format!("{scheme}://{user}@{host}{tail}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_the_password_and_keeps_the_host() {
+        assert_eq!(
+            redact("redis://user:secret@db:6379/0"),
+            "redis://user:***@db:6379/0"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1:5432/test"),
+            "postgres://postgres@127.0.0.1:5432/test"
+        );
+        assert_eq!(redact("sqlite://baton.db"), "sqlite://baton.db");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+    }
+
+    #[test]
+    fn timeout_is_taken_off_the_url_and_the_other_parameters_kept() {
+        let (rest, t) = take_timeout("redis://h:1/0?timeout=30s", DEFAULT_TIMEOUT).unwrap();
+        assert_eq!(
+            (rest.as_str(), t),
+            ("redis://h:1/0", Duration::from_secs(30))
+        );
+        let (rest, t) = take_timeout(
+            "postgres://u@h/d?schema=s&timeout=250ms&sslmode=disable",
+            DEFAULT_TIMEOUT,
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u@h/d?schema=s&sslmode=disable");
+        assert_eq!(t, Duration::from_millis(250));
+        let (rest, t) = take_timeout("sqlite://baton.db", Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            (rest.as_str(), t),
+            ("sqlite://baton.db", Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn a_bad_timeout_is_an_invalid_url_naming_the_parameter_not_the_password() {
+        for bad in [
+            "timeout=abc",
+            "timeout=30",
+            "timeout=0s",
+            "timeout=2h",
+            "timeout",
+            "timeout=1s&timeout=2s",
+        ] {
+            let url = format!("redis://u:hunter2@h:1?{bad}");
+            let err = take_timeout(&url, DEFAULT_TIMEOUT).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
+            assert!(msg.contains("timeout parameter"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    }
+}

@@ -1,0 +1,632 @@
+//! The SQLite store: one file on one machine, shared by every host process on it.
+//!
+//! WAL journal, every write in a `BEGIN IMMEDIATE` transaction (so two processes serialize on
+//! the file's write lock and see each other's claims), a busy timeout, and the schema version in
+//! `PRAGMA user_version` with forward migrations. The clock is the machine's kernel clock, read
+//! past libc (see `clock_ms`): every host that shares the file shares it, whatever its own libc
+//! says the time is. Calls run on tokio's blocking threads, never on the async workers.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{model, Store, StoreError};
+use crate::lease::{
+    ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, LeaseOptions, Run, Token,
+    TokenOutcome,
+};
+
+/// How long a call waits for another process's write lock before it fails, unless the URL's
+/// `?timeout=DURATION` says otherwise (`sqlite://baton.db?timeout=30s`): 10 s.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The schema, one script per version; version N is reached by running scripts 1..=N.
+const MIGRATIONS: &[&str] = &[
+    // 1: runs and per-job fences.
+    "CREATE TABLE baton_jobs (
+        namespace TEXT NOT NULL,
+        job TEXT NOT NULL,
+        fence INTEGER NOT NULL,
+        PRIMARY KEY (namespace, job)
+    );
+    CREATE TABLE baton_runs (
+        namespace TEXT NOT NULL,
+        job TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        lease_end INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (namespace, job, slot)
+    );
+    CREATE INDEX baton_runs_by_status ON baton_runs (namespace, job, status, slot);",
+    // 2: the scratch table of `baton bench`'s raw primitive (see `Store::raw_primitive`).
+    "CREATE TABLE baton_bench_scratch (
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        PRIMARY KEY (namespace, key)
+    );",
+];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Opens `sqlite://PATH` (relative, or `sqlite:///absolute/path`), with `?timeout=` as its busy
+/// timeout ([`BUSY_TIMEOUT`] unless given).
+pub(crate) async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let (without, busy_timeout) = super::take_timeout(url, BUSY_TIMEOUT)?;
+    let path = without
+        .strip_prefix("sqlite://")
+        .unwrap_or_default()
+        .to_owned();
+    if path.is_empty() {
+        return Err(StoreError::InvalidUrl {
+            url: url.into(),
+            reason: "no file path after sqlite://".into(),
+        });
+    }
+    let store = SqliteStore::open_with(path, namespace, busy_timeout).await?;
+    Ok(Arc::new(store))
+}
+
+/// A store in one SQLite file.
+pub struct SqliteStore {
+    path: Arc<str>,
+    namespace: Arc<str>,
+    conn: Arc<Mutex<Connection>>,
+    /// Calls onto the file: see [`Store::round_trips`].
+    round_trips: AtomicU64,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    ///
+    /// Fails with [`StoreError::Corrupt`] for a file that is not a database,
+    /// [`StoreError::ReadOnly`] for one that cannot be written, and
+    /// [`StoreError::NewerSchema`] for one written by a newer Baton; each names the path.
+    pub async fn open(path: impl Into<String>, namespace: &str) -> Result<Self, StoreError> {
+        Self::open_with(path, namespace, BUSY_TIMEOUT).await
+    }
+
+    /// Opens the database as [`SqliteStore::open`] does, with calls that wait up to
+    /// `busy_timeout` for another process's write lock (the URL's `?timeout=`).
+    pub async fn open_with(
+        path: impl Into<String>,
+        namespace: &str,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let path: Arc<str> = path.into().into();
+        let p = path.clone();
+        let conn = tokio::task::spawn_blocking(move || open_blocking(&p, busy_timeout))
+            .await
+            .map_err(|e| StoreError::Backend {
+                store: path.to_string(),
+                source: e.into(),
+            })??;
+        Ok(SqliteStore {
+            path,
+            namespace: namespace.into(),
+            conn: Arc::new(Mutex::new(conn)),
+            round_trips: AtomicU64::new(0),
+        })
+    }
+
+    /// Runs `f` on the connection, on a blocking thread.
+    async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &str) -> Result<T, rusqlite::Error> + Send + 'static,
+    {
+        let conn = self.conn.clone();
+        let namespace = self.namespace.clone();
+        let path = self.path.clone();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || {
+            let mut guard = lock(&conn);
+            f(&mut guard, &namespace).map_err(|e| map_error(&path, e))
+        })
+        .await
+        .map_err(|e| StoreError::Backend {
+            store: self.path.to_string(),
+            source: e.into(),
+        })?
+    }
+}
+
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    // A panic while holding the lock leaves the connection usable: SQLite rolls back the
+    // transaction that was open when the guard was dropped.
+    conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn open_blocking(path: &str, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if let Some(parent) = Path::new(path).parent() {
+        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+            return Err(StoreError::Backend {
+                store: path.to_owned(),
+                source: format!(
+                    "directory {} does not exist; create it first",
+                    parent.display()
+                )
+                .into(),
+            });
+        }
+    }
+    // Checked by hand as well, because the superuser may write to a file whose mode says no.
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().readonly() {
+            return Err(StoreError::ReadOnly {
+                path: path.to_owned(),
+                source: "the file's permissions allow no writes".into(),
+            });
+        }
+    }
+    let setup = || -> Result<Connection, rusqlite::Error> {
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(busy_timeout)?;
+        // Reading the header first turns a foreign file into NotADatabase here, not later.
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+            r.get::<_, i64>(0)
+        })?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        Ok(conn)
+    };
+    let mut conn = setup().map_err(|e| map_error(path, e))?;
+    if is_read_only(&conn) {
+        return Err(StoreError::ReadOnly {
+            path: path.to_owned(),
+            source: "the file was opened read-only".into(),
+        });
+    }
+    migrate(&mut conn, path)?;
+    Ok(conn)
+}
+
+fn is_read_only(conn: &Connection) -> bool {
+    conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false)
+}
+
+fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    let run = |conn: &mut Connection| -> Result<Result<(), StoreError>, rusqlite::Error> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found > SCHEMA_VERSION {
+            return Ok(Err(StoreError::NewerSchema {
+                path: path.to_owned(),
+                found,
+                supported: SCHEMA_VERSION,
+            }));
+        }
+        for (i, script) in MIGRATIONS.iter().enumerate().skip(found.max(0) as usize) {
+            tx.execute_batch(script)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        }
+        tx.commit()?;
+        Ok(Ok(()))
+    };
+    run(conn).map_err(|e| map_error(path, e))?
+}
+
+fn map_error(path: &str, e: rusqlite::Error) -> StoreError {
+    let path = path.to_owned();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path,
+            source: e.into(),
+        },
+        Some(ErrorCode::ReadOnly) => StoreError::ReadOnly {
+            path,
+            source: e.into(),
+        },
+        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => StoreError::Unreachable {
+            store: path,
+            source: e.into(),
+        },
+        _ => match e {
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..) => StoreError::Malformed {
+                store: path,
+                job: String::new(),
+                reason: e.to_string(),
+            },
+            other => StoreError::Backend {
+                store: path,
+                source: other.into(),
+            },
+        },
+    }
+}
+
+/// The store's clock for SQLite, ms since the Unix epoch: the kernel's realtime clock, the one
+/// clock every process on the machine that holds the file shares. Every time the store decides
+/// with (now, lease ends, lateness, what history to keep) is read here, inside the
+/// transaction, never from SQLite's own `'now'`.
+///
+/// Why a raw system call on Linux. A SQLite store has no server: its claim is a transaction in
+/// the runner's own process. If that process read the time the usual way (`SystemTime`, which
+/// goes through libc and the vDSO), a runner whose libc lies about the time (`faketime`, which
+/// is an `LD_PRELOAD` of `clock_gettime` and friends) would not be a runner with a wrong
+/// clock but a store with one, and two runners on one file would decide leases on two clocks.
+/// `syscall(SYS_clock_gettime, CLOCK_REALTIME)` asks the kernel directly, past any such
+/// wrapper, so the store's clock stays the machine's, as it is for a server's `TIME` or
+/// `clock_timestamp()`. Elsewhere, and should the call fail, it is [`SystemTime`].
+fn clock_ms() -> i64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime(2) writes one `timespec` through the pointer, which points at
+        // `now` for the whole call; the call touches nothing else.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_REALTIME,
+                &mut now as *mut libc::timespec,
+            )
+        };
+        if rc == 0 {
+            // `time_t` and `c_long` are `i64` here, `i32` on 32-bit targets.
+            #[allow(clippy::useless_conversion)]
+            let (secs, nanos) = (i64::from(now.tv_sec), i64::from(now.tv_nsec));
+            return secs * 1_000 + nanos / 1_000_000;
+        }
+    }
+    system_clock_ms()
+}
+
+/// The process's own idea of the time, ms since the Unix epoch.
+fn system_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn decode(record: String) -> Result<Run, rusqlite::Error> {
+    serde_json::from_str(&record).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn encode(run: &Run) -> Result<String, rusqlite::Error> {
+    serde_json::to_string(run).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+fn load(conn: &Connection, ns: &str, job: &str, slot: i64) -> Result<Option<Run>, rusqlite::Error> {
+    conn.prepare_cached(
+        "SELECT record FROM baton_runs WHERE namespace = ?1 AND job = ?2 AND slot = ?3",
+    )?
+    .query_row(params![ns, job, slot], |r| r.get::<_, String>(0))
+    .optional()?
+    .map(decode)
+    .transpose()
+}
+
+fn save(conn: &Connection, ns: &str, run: &Run) -> Result<(), rusqlite::Error> {
+    conn.prepare_cached(
+        "INSERT INTO baton_runs (namespace, job, slot, status, lease_end, record)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (namespace, job, slot) DO UPDATE
+         SET status = excluded.status, lease_end = excluded.lease_end, record = excluded.record",
+    )?
+    .execute(params![
+        ns,
+        run.job,
+        run.slot,
+        run.status.as_str(),
+        run.lease_end,
+        encode(run)?
+    ])?;
+    Ok(())
+}
+
+fn query_runs(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<Run>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params, |r| r.get::<_, String>(0))?;
+    rows.map(|r| r.and_then(decode)).collect()
+}
+
+/// An owned copy of a claim, to move onto a blocking thread.
+struct OwnedClaim {
+    job: String,
+    slot: i64,
+    kind: ClaimKind,
+    runner: String,
+    token: Token,
+    digest: Option<String>,
+    options: LeaseOptions,
+}
+
+impl OwnedClaim {
+    fn new(r: &ClaimRequest<'_>) -> Self {
+        OwnedClaim {
+            job: r.job.to_owned(),
+            slot: r.slot,
+            kind: r.kind,
+            runner: r.runner.to_owned(),
+            token: r.token,
+            digest: r.digest.map(str::to_owned),
+            options: *r.options,
+        }
+    }
+
+    fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            job: &self.job,
+            slot: self.slot,
+            kind: self.kind,
+            runner: &self.runner,
+            token: self.token,
+            digest: self.digest.as_deref(),
+            options: &self.options,
+        }
+    }
+}
+
+fn claim_blocking(
+    conn: &mut Connection,
+    ns: &str,
+    c: &OwnedClaim,
+) -> Result<ClaimOutcome, rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock_ms();
+    let this = load(&tx, ns, &c.job, c.slot)?;
+    let newest_slot: Option<i64> = tx
+        .prepare_cached("SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))?;
+    // Other running runs matter only to a claim that would create a run (step 2).
+    let running = if this.is_none() {
+        query_runs(
+            &tx,
+            "SELECT record FROM baton_runs
+             WHERE namespace = ?1 AND job = ?2 AND status = 'running' AND slot <> ?3",
+            params![ns, c.job, c.slot],
+        )?
+    } else {
+        Vec::new()
+    };
+    let fence: i64 = tx
+        .prepare_cached("SELECT fence FROM baton_jobs WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, c.job], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let view = model::ClaimView {
+        this,
+        newest_slot,
+        running,
+        fence: u64::try_from(fence).unwrap_or(0),
+    };
+    let request = c.request();
+    let effects = model::claim(now, &request, view);
+    for run in &effects.writes {
+        save(&tx, ns, run)?;
+    }
+    if matches!(effects.outcome, ClaimOutcome::Won(_)) {
+        tx.prepare_cached(
+            "INSERT INTO baton_jobs (namespace, job, fence) VALUES (?1, ?2, ?3)
+             ON CONFLICT (namespace, job) DO UPDATE SET fence = excluded.fence",
+        )?
+        .execute(params![
+            ns,
+            c.job,
+            i64::try_from(effects.fence).unwrap_or(i64::MAX)
+        ])?;
+    }
+    if effects.created {
+        let keep_after = now - crate::lease::millis(c.options.retention());
+        tx.prepare_cached(
+            "DELETE FROM baton_runs
+             WHERE namespace = ?1 AND job = ?2 AND status <> 'running' AND slot < ?3
+               AND slot NOT IN (
+                 SELECT slot FROM baton_runs
+                 WHERE namespace = ?1 AND job = ?2 AND status <> 'running'
+                 ORDER BY slot DESC LIMIT ?4)",
+        )?
+        .execute(params![ns, c.job, keep_after, c.options.history_size])?;
+    }
+    tx.commit()?;
+    Ok(effects.outcome)
+}
+
+/// Loads one run, applies `step` at the store's clock, writes what it returns, in one
+/// transaction.
+fn update_blocking<O>(
+    conn: &mut Connection,
+    ns: &str,
+    job: &str,
+    slot: i64,
+    step: impl FnOnce(i64, Option<Run>) -> (O, Option<Run>),
+) -> Result<O, rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock_ms();
+    let run = load(&tx, ns, job, slot)?;
+    let (outcome, write) = step(now, run);
+    if let Some(run) = write {
+        save(&tx, ns, &run)?;
+    }
+    tx.commit()?;
+    Ok(outcome)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn now(&self) -> Result<i64, StoreError> {
+        Ok(clock_ms())
+    }
+
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let claim = OwnedClaim::new(request);
+        self.with_conn(move |conn, ns| claim_blocking(conn, ns, &claim))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        lease: Duration,
+    ) -> Result<HeartbeatOutcome, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            update_blocking(conn, ns, &job, slot, |now, run| {
+                model::heartbeat(now, run, token, lease)
+            })
+        })
+        .await
+    }
+
+    async fn finish(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        result: Finish,
+    ) -> Result<TokenOutcome, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            update_blocking(conn, ns, &job, slot, |now, run| {
+                model::finish(now, run, token, result)
+            })
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+    ) -> Result<TokenOutcome, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            update_blocking(conn, ns, &job, slot, |now, run| {
+                model::release(now, run, token)
+            })
+        })
+        .await
+    }
+
+    async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| load(conn, ns, &job, slot))
+            .await
+    }
+
+    async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            query_runs(
+                conn,
+                "SELECT record FROM baton_runs
+                 WHERE namespace = ?1 AND job = ?2 AND status = 'running' ORDER BY slot",
+                params![ns, job],
+            )
+        })
+        .await
+    }
+
+    async fn history(&self, job: &str, limit: usize) -> Result<Vec<Run>, StoreError> {
+        let job = job.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_conn(move |conn, ns| {
+            query_runs(
+                conn,
+                "SELECT record FROM baton_runs
+                 WHERE namespace = ?1 AND job = ?2 ORDER BY slot DESC LIMIT ?3",
+                params![ns, job, limit],
+            )
+        })
+        .await
+    }
+
+    async fn jobs(&self) -> Result<Vec<String>, StoreError> {
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT DISTINCT job FROM baton_runs WHERE namespace = ?1 ORDER BY job",
+            )?;
+            let rows = stmt.query_map(params![ns], |r| r.get::<_, String>(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "DELETE FROM baton_runs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.execute(
+                "DELETE FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
+        let key = key.to_owned();
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "INSERT INTO baton_bench_scratch (namespace, key) VALUES (?1, ?2)
+                 ON CONFLICT DO NOTHING",
+            )?;
+            Ok(stmt.execute(params![ns, key])? == 1)
+        })
+        .await
+    }
+
+    async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
+        let prefix = prefix.to_owned();
+        self.with_conn(move |conn, ns| {
+            conn.execute(
+                "DELETE FROM baton_bench_scratch
+                 WHERE namespace = ?1 AND substr(key, 1, length(?2)) = ?2",
+                params![ns, prefix],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_clock_is_the_machines_realtime_clock() {
+        let before = system_clock_ms();
+        let store = clock_ms();
+        let after = system_clock_ms();
+        assert!(
+            before - 5 <= store && store <= after + 5,
+            "{before} <= {store} <= {after}"
+        );
+    }
+}

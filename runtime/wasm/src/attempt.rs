@@ -1,0 +1,403 @@
+//! One attempt: a fresh store with its sandbox (WASI context), memory cap, run timeout and
+//! abort flag; the guest call; and what a user reads when it ends badly.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::{ClaimReason, RunInfo};
+use super::engine::LoadedComponent;
+use super::log::{AttemptLog, LineSource};
+use crate::jobs::format_size;
+use baton_core::instance::{AbortReason, LeaseDeadline, RunContext, Signal};
+use baton_core::lease::ClaimKind;
+
+/// Where a granted data directory appears inside the guest: `/data`.
+pub const DATA_DIR_IN_GUEST: &str = "/data";
+
+/// What one job's attempts may use: the sandbox's grants and limits.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    /// The job file that grants it, named in messages.
+    pub job_file: PathBuf,
+    /// The memory cap, bytes.
+    pub memory: u64,
+    /// How long an attempt may run.
+    pub run_timeout: Duration,
+    /// A host directory the guest sees at `/data`, and whether it is read-only.
+    pub data_dir: Option<(PathBuf, bool)>,
+    /// Environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// Why the host stopped a guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    Lost,
+    Fenced,
+    StopTimeout,
+    RunTimeout,
+}
+
+impl StopCause {
+    fn code(self) -> u8 {
+        match self {
+            StopCause::Lost => 1,
+            StopCause::Fenced => 2,
+            StopCause::StopTimeout => 3,
+            StopCause::RunTimeout => 4,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => StopCause::Lost,
+            2 => StopCause::Fenced,
+            3 => StopCause::StopTimeout,
+            4 => StopCause::RunTimeout,
+            _ => return None,
+        })
+    }
+
+    /// The abort reasons that stop a guest at once. A stopping host only sets the signal: the
+    /// guest may still return, and is handed over.
+    fn from_abort(reason: AbortReason) -> Option<Self> {
+        match reason {
+            AbortReason::Lost => Some(StopCause::Lost),
+            AbortReason::Fenced => Some(StopCause::Fenced),
+            AbortReason::StopTimeout => Some(StopCause::StopTimeout),
+            AbortReason::Stopping => None,
+        }
+    }
+}
+
+/// The flag the epoch callback reads, and the wake-up for a guest blocked in a host call.
+#[derive(Default)]
+pub(crate) struct Interrupt {
+    cause: AtomicU8,
+    notify: Notify,
+}
+
+impl Interrupt {
+    fn set(&self, cause: StopCause) {
+        if self
+            .cause
+            .compare_exchange(0, cause.code(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.notify.notify_one();
+        }
+    }
+
+    fn get(&self) -> Option<StopCause> {
+        StopCause::from_code(self.cause.load(Ordering::Acquire))
+    }
+}
+
+/// The error the epoch callback traps with when the host stops a guest.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", stopped_message(*.cause, *.run_timeout))]
+pub(crate) struct Stopped {
+    cause: StopCause,
+    run_timeout: Duration,
+}
+
+/// How every message about a guest the host stopped begins.
+pub(crate) const STOPPED_PREFIX: &str = "interrupted by the host: ";
+
+fn stopped_message(cause: StopCause, run_timeout: Duration) -> String {
+    let why = stop_reason(cause, run_timeout);
+    format!("{STOPPED_PREFIX}{why}")
+}
+
+fn stop_reason(cause: StopCause, run_timeout: Duration) -> String {
+    match cause {
+        StopCause::Lost => "the attempt lost its lease (a heartbeat was refused)".into(),
+        StopCause::Fenced => {
+            "the attempt's lease deadline passed without a renewal (self-fenced)".into()
+        }
+        StopCause::StopTimeout => {
+            "still running at the stop timeout; the lease is handed over".into()
+        }
+        StopCause::RunTimeout => format!(
+            "ran past its run timeout of {} (limits.run_timeout)",
+            baton_core::duration::format_duration(run_timeout)
+        ),
+    }
+}
+
+/// The error a memory grow past the cap traps with.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", memory_message(*.cap, *.desired, .job_file))]
+pub(crate) struct MemoryCapExceeded {
+    cap: u64,
+    desired: u64,
+    job_file: PathBuf,
+}
+
+fn memory_message(cap: u64, desired: u64, job_file: &std::path::Path) -> String {
+    format!(
+        "memory cap exceeded: the guest asked for {} but its limit is {} (limits.memory in {}); raise limits.memory or use less memory",
+        format_size(desired),
+        format_size(cap),
+        job_file.display()
+    )
+}
+
+/// The memory cap, over all of the instance's memories together.
+struct Limiter {
+    cap: u64,
+    used: u64,
+    job_file: PathBuf,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current) as u64;
+        let total = self.used.saturating_add(grow);
+        if total > self.cap {
+            return Err(MemoryCapExceeded {
+                cap: self.cap,
+                desired: total,
+                job_file: self.job_file.clone(),
+            }
+            .into());
+        }
+        self.used = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// Everything one attempt's store holds.
+pub(crate) struct AttemptState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    pub(crate) info: RunInfo,
+    pub(crate) signal: Signal,
+    pub(crate) log: AttemptLog,
+    interrupt: Arc<Interrupt>,
+    lease_deadline: LeaseDeadline,
+    run_deadline: Instant,
+    run_timeout: Duration,
+}
+
+impl WasiView for AttemptState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The epoch callback: trap if the attempt must stop, else yield to the executor so other
+/// guests and tasks run.
+fn on_epoch(state: &AttemptState) -> wasmtime::Result<UpdateDeadline> {
+    if state.interrupt.get().is_none() {
+        if state.lease_deadline.has_passed() {
+            state.signal.abort(AbortReason::Fenced);
+            state.interrupt.set(StopCause::Fenced);
+        } else if Instant::now() >= state.run_deadline {
+            state.interrupt.set(StopCause::RunTimeout);
+        }
+    }
+    match state.interrupt.get() {
+        Some(cause) => Err(Stopped {
+            cause,
+            run_timeout: state.run_timeout,
+        }
+        .into()),
+        None => Ok(UpdateDeadline::Yield(1)),
+    }
+}
+
+fn claim_reason(kind: ClaimKind) -> ClaimReason {
+    match kind {
+        ClaimKind::Scheduled => ClaimReason::Scheduled,
+        ClaimKind::CatchUp => ClaimReason::CatchUp,
+        ClaimKind::Takeover => ClaimReason::Takeover,
+    }
+}
+
+fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog) -> Result<WasiCtx, String> {
+    let mut b = WasiCtxBuilder::new();
+    b.stdout(log.stream(LineSource::Stdout))
+        .stderr(log.stream(LineSource::Stderr))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    for (k, v) in &sandbox.env {
+        b.env(k, v);
+    }
+    if let Some((dir, read_only)) = &sandbox.data_dir {
+        let perms = if *read_only {
+            FsPerms::ReadOnly
+        } else {
+            FsPerms::ReadWrite
+        };
+        b.preopened_dir(dir, DATA_DIR_IN_GUEST, perms)
+            .map_err(|e| {
+                format!(
+                    "cannot open the data directory {} granted by {}: {e:#}",
+                    dir.display(),
+                    sandbox.job_file.display()
+                )
+            })?;
+    }
+    Ok(b.build())
+}
+
+/// The kind of a guest call's error, for [`super::TrapSink`].
+fn trap_kind(e: &wasmtime::Error) -> &'static str {
+    if let Some(stopped) = e.downcast_ref::<Stopped>() {
+        return match stopped.cause {
+            StopCause::Lost => "lost",
+            StopCause::Fenced => "self-fenced",
+            StopCause::StopTimeout => "stop-timeout",
+            StopCause::RunTimeout => "run-timeout",
+        };
+    }
+    if e.downcast_ref::<MemoryCapExceeded>().is_some() {
+        return "memory-cap";
+    }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::UnreachableCodeReached) => "unreachable",
+        Some(wasmtime::Trap::StackOverflow) => "stack-overflow",
+        Some(wasmtime::Trap::MemoryOutOfBounds | wasmtime::Trap::TableOutOfBounds) => {
+            "out-of-bounds"
+        }
+        Some(wasmtime::Trap::IntegerDivisionByZero) => "division-by-zero",
+        Some(_) => "other",
+        None => "host",
+    }
+}
+
+/// What the host knows of a guest call that ended in an error.
+fn describe(e: &wasmtime::Error, log: &AttemptLog) -> String {
+    if let Some(stopped) = e.downcast_ref::<Stopped>() {
+        return stopped.to_string();
+    }
+    if let Some(cap) = e.downcast_ref::<MemoryCapExceeded>() {
+        return cap.to_string();
+    }
+    let mut message = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => {
+            let trap = trap.to_string();
+            let trap = trap.strip_prefix("wasm trap: ").unwrap_or(&trap);
+            format!("the guest trapped: {trap}")
+        }
+        None => format!("failed in the host: {}", e.root_cause()),
+    };
+    if let Some(tail) = log.stderr_tail() {
+        message.push_str("; stderr: ");
+        message.push_str(&tail);
+    }
+    message
+}
+
+/// Runs one attempt in a fresh store. Returns the guest's result, or what stopped it.
+pub(crate) async fn run(
+    engine: &wasmtime::Engine,
+    component: &LoadedComponent,
+    sandbox: &Sandbox,
+    log: AttemptLog,
+    ctx: RunContext,
+    on_trap: Option<&super::TrapSink>,
+    started: impl FnOnce(),
+) -> Result<(), String> {
+    let interrupt = Arc::new(Interrupt::default());
+    {
+        let interrupt = interrupt.clone();
+        let engine = engine.clone();
+        ctx.signal.on_abort(move |reason| {
+            if let Some(cause) = StopCause::from_abort(reason) {
+                interrupt.set(cause);
+                engine.increment_epoch();
+            }
+        });
+    }
+    let wasi = wasi_ctx(sandbox, &log)?;
+    let state = AttemptState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: Limiter {
+            cap: sandbox.memory,
+            used: 0,
+            job_file: sandbox.job_file.clone(),
+        },
+        info: RunInfo {
+            job: ctx.job.clone(),
+            slot: ctx.slot,
+            attempt: ctx.attempt,
+            reason: claim_reason(ctx.reason),
+            runner: ctx.runner.clone(),
+            fence: ctx.fence,
+        },
+        signal: ctx.signal.clone(),
+        log: log.clone(),
+        interrupt: interrupt.clone(),
+        lease_deadline: ctx.deadline.clone(),
+        run_deadline: Instant::now() + sandbox.run_timeout,
+        run_timeout: sandbox.run_timeout,
+    };
+    let run_deadline = state.run_deadline;
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|cx| on_epoch(cx.data()));
+
+    let call = async {
+        let job = component.pre.instantiate_async(&mut store).await?;
+        started();
+        job.call_run(&mut store).await
+    };
+    // A guest blocked in a host call (a sleep, a read) runs no epoch check: it is stopped by
+    // dropping its call.
+    let stopped = async {
+        interrupt.notify.notified().await;
+        interrupt.get()
+    };
+    let result = tokio::select! {
+        biased;
+        r = call => r,
+        cause = stopped => Err(Stopped {
+            cause: cause.unwrap_or(StopCause::Lost),
+            run_timeout: sandbox.run_timeout,
+        }.into()),
+        _ = tokio::time::sleep_until(run_deadline.into()) => Err(Stopped {
+            cause: StopCause::RunTimeout,
+            run_timeout: sandbox.run_timeout,
+        }.into()),
+    };
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(message)) => Err(message),
+        Err(e) => {
+            if let Some(sink) = on_trap {
+                sink(trap_kind(&e));
+            }
+            Err(describe(&e, &log))
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The jobs directory: `<name>.wasm` beside `<name>.toml`.
+//!
+//! A job file says when the job runs, its lease options, its limits and what it is granted:
+//!
+//! ```toml
+//! schedule = "*/5 * * * *"      # required: cron, 5 or 6 fields, or @hourly etc.
+//! time_zone = "Europe/Berlin"   # IANA name. Defaults to UTC
+//! lease = "30s"                 # the lease options, each with the spec's default
+//! heartbeat = "5s"
+//! max_attempts = 3
+//! overlap = "skip"              # or "allow"
+//! catch_up = "5m"
+//! max_late = "30s"
+//! history_size = 100
+//!
+//! [limits]
+//! memory = "64MiB"              # the component's memory cap. Defaults to 64 MiB
+//! run_timeout = "10m"           # an attempt is interrupted after this. Defaults to 10 min
+//!
+//! [grants]
+//! data_dir = "data/report"      # a directory the job may use, relative to the jobs directory
+//! data_dir_read_only = false    # Defaults to false (read-write)
+//! env = { REPORT_TO = "ops" }   # environment variables. Defaults to none
+//! ```
+//!
+//! Durations are a number and a unit: `ms`, `s`, `m`, `h` or `d`. Unknown keys are errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use baton_core::duration::parse_duration;
+use baton_core::lease::{LeaseOptions, OptionsError, Overlap};
+
+pub mod directory;
+use baton_core::schedule::{Schedule, ScheduleError};
+
+/// The default memory cap of a job: 64 MiB.
+pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
+/// The default run timeout of an attempt: 10 minutes.
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A job file that cannot be used. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The file cannot be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The job file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, names an unknown key, or has a value of the wrong type.
+    #[error("{path}: {message}")]
+    Toml {
+        /// The job file.
+        path: PathBuf,
+        /// The TOML parser's message, with line and column.
+        message: String,
+    },
+    /// A value is well-formed but not allowed.
+    #[error("{path}: {key}: {message}")]
+    Invalid {
+        /// The job file.
+        path: PathBuf,
+        /// The key.
+        key: &'static str,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+    /// The schedule does not parse.
+    #[error("{path}: {source}")]
+    Schedule {
+        /// The job file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: ScheduleError,
+    },
+    /// A lease option is out of range.
+    #[error("{path}: {source}")]
+    Options {
+        /// The job file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: OptionsError,
+    },
+    /// There is no component beside the job file.
+    #[error("{path}: no component {wasm} beside it; build the job to that path")]
+    MissingComponent {
+        /// The job file.
+        path: PathBuf,
+        /// Where the component should be.
+        wasm: PathBuf,
+    },
+}
+
+/// A job's limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The component's memory cap, bytes. Defaults to 64 MiB.
+    pub memory: u64,
+    /// How long an attempt may run before it is interrupted. Defaults to 10 min.
+    pub run_timeout: Duration,
+}
+
+/// What a job is granted beyond the sandbox (which has no files, no network, no environment).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrantSpec {
+    /// A directory the job may use, resolved against the jobs directory. Defaults to none.
+    pub data_dir: Option<PathBuf>,
+    /// Whether that directory is read-only. Defaults to false.
+    pub data_dir_read_only: bool,
+    /// Environment variables. Defaults to none.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A job, as its file describes it.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    /// The job's name: the file's stem.
+    pub name: String,
+    /// The job file.
+    pub toml_path: PathBuf,
+    /// The component beside it.
+    pub wasm_path: PathBuf,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// Its lease options.
+    pub options: LeaseOptions,
+    /// Its limits.
+    pub limits: Limits,
+    /// What it is granted.
+    pub grants: GrantSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    memory: Option<String>,
+    run_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGrants {
+    data_dir: Option<PathBuf>,
+    data_dir_read_only: Option<bool>,
+    env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobFile {
+    schedule: String,
+    time_zone: Option<String>,
+    lease: Option<String>,
+    heartbeat: Option<String>,
+    max_attempts: Option<u32>,
+    overlap: Option<String>,
+    catch_up: Option<String>,
+    max_late: Option<String>,
+    history_size: Option<u32>,
+    limits: Option<FileLimits>,
+    grants: Option<FileGrants>,
+}
+
+/// Parses a size such as `64MiB`, `512KiB`, `1GiB` or a number of bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size, e.g. \"64MiB\""))?;
+    let factor = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?}; use B, KiB, MiB or GiB"
+            ))
+        }
+    };
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("{s:?} is out of range"))
+}
+
+/// A size as a person writes it: `64 MiB`, `512 KiB`, `1.5 GiB`, `100 B`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (factor, unit) in UNITS {
+        if bytes >= factor {
+            let n = bytes as f64 / factor as f64;
+            return if bytes.is_multiple_of(factor) {
+                format!("{} {unit}", bytes / factor)
+            } else {
+                format!("{n:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Reads and validates one job file; the component is expected beside it.
+pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
+    let path = toml_path.to_path_buf();
+    let text = std::fs::read_to_string(toml_path).map_err(|source| JobError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let file: JobFile = toml::from_str(&text).map_err(|e| JobError::Toml {
+        path: path.clone(),
+        message: e.to_string().trim_end().to_owned(),
+    })?;
+    let invalid = |key: &'static str, message: String| JobError::Invalid {
+        path: path.clone(),
+        key,
+        message,
+    };
+    let duration = |key: &'static str, v: &Option<String>| -> Result<Option<Duration>, JobError> {
+        v.as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|m| invalid(key, m))
+    };
+    let zone = file.time_zone.as_deref().unwrap_or("UTC");
+    let schedule = Schedule::parse(&file.schedule, zone).map_err(|source| JobError::Schedule {
+        path: path.clone(),
+        source,
+    })?;
+    let mut options = match duration("lease", &file.lease)? {
+        Some(lease) => LeaseOptions::with_lease(lease),
+        None => LeaseOptions::default(),
+    };
+    if let Some(hb) = duration("heartbeat", &file.heartbeat)? {
+        options.heartbeat = hb;
+    }
+    if let Some(n) = file.max_attempts {
+        options.max_attempts = n;
+    }
+    if let Some(o) = &file.overlap {
+        options.overlap = o
+            .parse::<Overlap>()
+            .map_err(|e| invalid("overlap", e.to_string()))?;
+    }
+    if let Some(d) = duration("catch_up", &file.catch_up)? {
+        options.catch_up = d;
+    }
+    if let Some(d) = duration("max_late", &file.max_late)? {
+        options.max_late = d;
+    }
+    if let Some(n) = file.history_size {
+        options.history_size = n;
+    }
+    options.validate().map_err(|source| JobError::Options {
+        path: path.clone(),
+        source,
+    })?;
+    let limits = match &file.limits {
+        None => Limits {
+            memory: DEFAULT_MEMORY,
+            run_timeout: DEFAULT_RUN_TIMEOUT,
+        },
+        Some(l) => Limits {
+            memory: l
+                .memory
+                .as_deref()
+                .map(parse_size)
+                .transpose()
+                .map_err(|m| invalid("limits.memory", m))?
+                .unwrap_or(DEFAULT_MEMORY),
+            run_timeout: duration("limits.run_timeout", &l.run_timeout)?
+                .unwrap_or(DEFAULT_RUN_TIMEOUT),
+        },
+    };
+    let base = toml_path.parent().unwrap_or(Path::new("."));
+    let grants = match file.grants {
+        None => GrantSpec::default(),
+        Some(g) => GrantSpec {
+            data_dir: g.data_dir.map(|d| base.join(d)),
+            data_dir_read_only: g.data_dir_read_only.unwrap_or(false),
+            env: g.env.unwrap_or_default(),
+        },
+    };
+    let name = toml_path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .ok_or_else(|| invalid("name", "the file name is not valid UTF-8".into()))?
+        .to_owned();
+    let wasm_path = toml_path.with_extension("wasm");
+    if !wasm_path.is_file() {
+        return Err(JobError::MissingComponent {
+            path,
+            wasm: wasm_path,
+        });
+    }
+    Ok(JobSpec {
+        name,
+        toml_path: toml_path.to_path_buf(),
+        wasm_path,
+        schedule,
+        options,
+        limits,
+        grants,
+    })
+}
+
+/// Every job file (`*.toml`) in a directory, sorted by name, each loaded or with its error.
+pub fn load_dir(dir: &Path) -> std::io::Result<Vec<Result<JobSpec, JobError>>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    Ok(files.iter().map(|p| load_job(p)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, toml: &str) -> PathBuf {
+        let p = dir.join(format!("{name}.toml"));
+        std::fs::write(&p, toml).expect("write");
+        std::fs::write(dir.join(format!("{name}.wasm")), b"\0asm").expect("write");
+        p
+    }
+
+    #[test]
+    fn a_minimal_job_gets_the_defaults() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let job = load_job(&write(d.path(), "hello", "schedule = \"@hourly\"\n")).expect("valid");
+        assert_eq!(job.name, "hello");
+        assert_eq!(job.options, LeaseOptions::default());
+        assert_eq!(job.limits.memory, 64 << 20);
+        assert_eq!(job.grants, GrantSpec::default());
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let toml = r#"
+            schedule = "*/10 * * * * *"
+            time_zone = "Europe/Berlin"
+            lease = "600ms"
+            heartbeat = "100ms"
+            max_attempts = 5
+            overlap = "allow"
+            catch_up = "1m"
+            max_late = "2s"
+            history_size = 7
+            [limits]
+            memory = "16MiB"
+            run_timeout = "30s"
+            [grants]
+            data_dir = "data"
+            data_dir_read_only = true
+            env = { A = "1" }
+        "#;
+        let job = load_job(&write(d.path(), "full", toml)).expect("valid");
+        assert_eq!(job.options.lease, Duration::from_millis(600));
+        assert_eq!(job.options.max_attempts, 5);
+        assert_eq!(job.options.overlap, Overlap::Allow);
+        assert_eq!(job.limits.memory, 16 << 20);
+        assert_eq!(job.grants.data_dir, Some(d.path().join("data")));
+        assert!(job.grants.data_dir_read_only);
+        assert_eq!(job.grants.env.get("A").map(String::as_str), Some("1"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_the_file() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(
+            d.path(),
+            "typo",
+            "schedule = \"@hourly\"\nleese = \"30s\"\n",
+        );
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(msg.contains("typo.toml") && msg.contains("leese"), "{msg}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_fix() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(d.path(), "bad", "schedule = \"@hourly\"\nlease = \"30\"\n");
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(msg.contains("lease") && msg.contains("no unit"), "{msg}");
+        let p = write(
+            d.path(),
+            "hb",
+            "schedule = \"@hourly\"\nlease = \"10s\"\nheartbeat = \"5s\"\n",
+        );
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("hb.toml") && msg.contains("under half of lease"),
+            "{msg}"
+        );
+        let p = write(d.path(), "cron", "schedule = \"every day\"\n");
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("cron.toml") && msg.contains("invalid cron expression"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_job_without_its_component_says_where_it_should_be() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("lonely.toml");
+        std::fs::write(&p, "schedule = \"@hourly\"\n").expect("write");
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(msg.contains("lonely.wasm"), "{msg}");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert!(parse_size("1MB").is_err());
+    }
+}
