@@ -83,6 +83,110 @@ mod cut_off {
     }
 }
 
+/// A store outage longer than the lease, one second into a run, on every store: the run is
+/// taken over within lease + 2 × heartbeat of the store's return and ends in success. Each store
+/// in two ways: the instances' calls wait longer than the outage (`?timeout=10s`: a backup's
+/// check sent during the outage is answered when it ends, after its local deadline), or give up
+/// during it (`?timeout=250ms`: the checks fail, and the one that takes over is sent after it).
+mod outage {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use baton_tests::proxy::Proxy;
+    use baton_tests::{servers, Fixture};
+
+    /// Makes the store unreachable for every instance; returns what ends the outage.
+    type Cut = Arc<dyn Fn() -> Box<dyn FnOnce() + Send> + Send + Sync>;
+
+    /// A client's wait that outlasts the outage.
+    const PATIENT: &str = "10s";
+    /// A client's wait that ends well within the outage.
+    const IMPATIENT: &str = "250ms";
+
+    /// A SQLite file whose write lock another connection holds during the outage.
+    async fn sqlite(timeout: &str) -> (Fixture, Cut) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("baton.db");
+        let url = format!("sqlite://{}?timeout={timeout}", path.display());
+        let f = Fixture::open(url, Some(Box::new(dir))).await;
+        let cut: Cut = Arc::new(move || {
+            let release = baton_tests::lock_sqlite_file(&path);
+            Box::new(move || {
+                let _ = release.send(());
+            })
+        });
+        (f, cut)
+    }
+
+    /// A Redis or Valkey server of the test's own, frozen (`SIGSTOP`) during the outage.
+    async fn frozen_server(binary: &Path, scheme: &str, timeout: &str) -> (Fixture, Cut) {
+        let server = servers::start_redis_like(binary, &[]);
+        let pid = server.pid as libc::pid_t;
+        let url = format!("{scheme}://127.0.0.1:{}?timeout={timeout}", server.port);
+        let f = Fixture::open(url, Some(Box::new(server))).await;
+        let cut: Cut = Arc::new(move || {
+            // SAFETY: signals to the server process this test started.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            Box::new(move || {
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            })
+        });
+        (f, cut)
+    }
+
+    async fn redis(timeout: &str) -> (Fixture, Cut) {
+        frozen_server(Path::new("redis-server"), "redis", timeout).await
+    }
+
+    async fn valkey(timeout: &str) -> (Fixture, Cut) {
+        let binary = tokio::task::spawn_blocking(servers::valkey_server_binary)
+            .await
+            .expect("find valkey-server");
+        frozen_server(&binary, "valkey", timeout).await
+    }
+
+    /// The machine's PostgreSQL behind a proxy that holds every request during the outage
+    /// and lets them through when it ends; the test's own client goes around the proxy.
+    async fn postgres(timeout: &str) -> (Fixture, Cut) {
+        let direct = baton_tests::backends::postgres().await;
+        let (scheme, rest) = direct.url.split_once('@').expect("a user in the url");
+        let (address, tail) = rest.split_once('/').expect("a database in the url");
+        let proxy = Arc::new(Proxy::start(address.to_owned()).await);
+        let url = format!("{scheme}@127.0.0.1:{}/{tail}&timeout={timeout}", proxy.port);
+        let f = direct.reached_through(url);
+        let cut: Cut = Arc::new(move || {
+            proxy.stall_requests(crate::scenarios::OUTAGE);
+            // The stall ends by itself, when the scenario's outage does.
+            Box::new(|| {})
+        });
+        (f, cut)
+    }
+
+    macro_rules! outage_suite {
+        ($($backend:ident),* $(,)?) => {
+            $(mod $backend {
+                /// The backups' calls outlast the outage: a check sent during it is answered
+                /// after it, when the run's first attempt has fenced itself.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn outage_longer_than_the_lease_with_checks_answered_after_it_is_taken_over_within_lease_plus_two_heartbeats() {
+                    let (f, cut) = super::$backend(super::PATIENT).await;
+                    crate::scenarios::store_outage_longer_than_the_lease_is_taken_over_within_lease_plus_two_heartbeats(&f, move || cut()).await;
+                }
+
+                /// The backups' calls give up during the outage: their checks fail and are
+                /// sent again after it.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn outage_longer_than_the_lease_with_checks_failing_during_it_is_taken_over_within_lease_plus_two_heartbeats() {
+                    let (f, cut) = super::$backend(super::IMPATIENT).await;
+                    crate::scenarios::store_outage_longer_than_the_lease_is_taken_over_within_lease_plus_two_heartbeats(&f, move || cut()).await;
+                }
+            })*
+        };
+    }
+
+    outage_suite!(sqlite, redis, valkey, postgres);
+}
+
 /// A finish whose answer is lost is sent again; the store refuses the second one (the run has
 /// ended), and the instance knows its own finish by the attempt and status it is shown.
 mod lost_answer {
