@@ -177,9 +177,10 @@ async fn run(
 /// a new local deadline, as every heartbeat's does. The store accepts it only with the current
 /// token of a lease not released (rule 2), so a run that another attempt holds by now is never
 /// run twice (rule 4 stands). If the store renews it, the attempt runs; if it refuses, the
-/// attempt is lost. If the renewal gets no answer in time, the attempt releases its lease (a
-/// hand-over: it does not count, and the next takeover need not wait for the lease to run out);
-/// when that fails too, the lease runs out as after any death. Returns whether to run.
+/// attempt is lost. A renewal that fails is sent again, each with its own send time; if none
+/// is answered within a lease, the attempt releases its lease (a hand-over: it does not count,
+/// and the next takeover need not wait for the lease to run out); when that fails too, the
+/// lease runs out as after any death. Returns whether to run.
 async fn renew_late_claim(
     inner: &Inner,
     job: &Job,
@@ -191,23 +192,39 @@ async fn renew_late_claim(
     let patience = job.options.lease;
     tracing::info!(job = %name, slot, attempt = lease.attempt,
         "the claim was answered after its local lease deadline; renewing the lease before the handler starts");
-    let sent = Instant::now();
-    let renewal = inner
-        .store
-        .heartbeat(name, slot, lease.token, job.options.lease);
-    match tokio::time::timeout(patience, inner.observed(renewal)).await {
-        Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
-            deadline.extend(sent + job.options.lease);
-            if !deadline.has_passed() {
-                return true;
+    // A renewal that fails is sent again (the store may be reconnecting the leases' connection
+    // as it comes back), each with its own send time, for up to one lease.
+    let give_up = Instant::now() + patience;
+    loop {
+        let sent = Instant::now();
+        let left = give_up.saturating_duration_since(sent);
+        if left.is_zero() {
+            break;
+        }
+        let renewal = inner
+            .store
+            .heartbeat(name, slot, lease.token, job.options.lease);
+        match tokio::time::timeout(left, inner.observed(renewal)).await {
+            Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
+                deadline.extend(sent + job.options.lease);
+                if !deadline.has_passed() {
+                    return true;
+                }
+                break;
+            }
+            Ok(Ok(HeartbeatOutcome::Lost(_))) => {
+                inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
+                return false;
+            }
+            Ok(Err(e)) if e.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+            }
+            Ok(Err(_)) => break,
+            Err(_) => {
+                inner.store_failed(&"no answer to a heartbeat within the lease");
+                break;
             }
         }
-        Ok(Ok(HeartbeatOutcome::Lost(_))) => {
-            inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
-            return false;
-        }
-        Ok(Err(_)) => {}
-        Err(_) => inner.store_failed(&"no answer to a heartbeat within the lease"),
     }
     let release = inner.store.release(name, slot, lease.token);
     match tokio::time::timeout(patience, inner.observed(release)).await {
