@@ -193,7 +193,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
     }
     let _ = writeln!(
         out,
-        "taken over/owed: died attempts taken over within lease + 2 x heartbeat of the store being reachable again (2 x heartbeat of the lease end without an outage), of those owed one (a runner up, attempts left, no newer run first); in brackets the latest against its due time (allowance {} ms)",
+        "taken over/owed: died attempts taken over within lease + 2 x heartbeat of the store being reachable again (2 x heartbeat of the lease end without an outage), of those owed one (a runner that knew of the run up, attempts left, no newer run first); in brackets the latest against its due time (allowance {} ms)",
         checker::TAKEOVER_SLACK_MS
     );
     let _ = writeln!(
