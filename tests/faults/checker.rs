@@ -144,6 +144,15 @@ pub struct Input {
     pub stop_latency: i64,
     /// How late after its slot a well-behaved job's first attempt may start.
     pub on_time: i64,
+    /// Every job's lease, ms.
+    pub lease: i64,
+    /// Every job's heartbeat, ms.
+    pub heartbeat: i64,
+    /// When each runner was up: from its start to its `kill -9` or exit (`i64::MAX` while it
+    /// still ran at the end).
+    pub lives: Vec<Span>,
+    /// When one runner alone could not reach the store (a partition of its link).
+    pub cut_off: Vec<Span>,
 }
 
 /// A broken rule, with what shows it.
@@ -174,6 +183,10 @@ pub mod rules {
     pub const ZOMBIE: &str = "zombie side effect";
     /// Well-behaved jobs keep their schedule beside misbehaving ones.
     pub const SCHEDULE: &str = "well-behaved jobs keep their schedule";
+    /// A run whose attempt died, while a runner that knew of it lived and attempts remained,
+    /// is taken over within lease + 2 × heartbeat of the moment the store could be reached
+    /// again.
+    pub const TAKEN_OVER: &str = "a died attempt is taken over";
 }
 
 /// The figures of one scenario, for the report.
@@ -196,6 +209,12 @@ pub struct Figures {
     pub missed_all_down: usize,
     /// Slots due while every runner was down that a starting runner caught up.
     pub caught_up: usize,
+    /// Died attempts whose run was owed a takeover (a runner that knew of it lived, attempts
+    /// remained, no newer run started first), and how many of them got it in time.
+    pub owed_takeovers: (usize, usize),
+    /// The latest owed takeover, counted from when it was due (lease + 2 × heartbeat after the
+    /// store was back, or 2 × heartbeat after the lease end), ms; negative: before.
+    pub takeover_after_due: Option<i64>,
 }
 
 fn ms(v: &Value) -> Option<i64> {
@@ -323,6 +342,10 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
         caught_up: catch_up_counts.1,
         ..Figures::default()
     };
+    for job in &input.jobs {
+        let runs = by_job.get(job.name.as_str()).cloned().unwrap_or_default();
+        taken_over(input, job, &runs, &mut v, &mut figures);
+    }
     for a in input.runs.iter().flat_map(|r| &r.attempts) {
         figures.takeovers += usize::from(a.reason == "takeover");
         figures.hand_overs += usize::from(a.outcome.as_deref() == Some("handed-over"));
@@ -463,7 +486,9 @@ fn stale_tokens(runs: &[&Run], v: &mut Vec<Violation>) {
                 }
             }
             "interrupted" => {
-                if last.outcome.as_deref() != Some("died") {
+                // A released run whose newer slot was claimed before a backup's check is
+                // interrupted too (spec, "A dead run and the next slot"): its lease ran out.
+                if !matches!(last.outcome.as_deref(), Some("died" | "handed-over")) {
                     bad(format!(
                         "interrupted, but its last attempt ended {:?}",
                         last.outcome
@@ -710,6 +735,126 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
     }
 }
 
+/// How much later than it was due an owed takeover may come: 1 s, for a loaded 2-core machine
+/// running a dozen hosts (as [`Input::stop_latency`]).
+pub const TAKEOVER_SLACK_MS: i64 = 1_000;
+
+/// When `runner` owes a takeover of an attempt whose lease ended at `end` at the latest: two
+/// heartbeats after that (a backup's checks), or, where a store outage (or a partition of that
+/// runner's own link) overlaps the wait, lease + 2 × heartbeat after the store could be reached
+/// again (a heartbeat held up in the outage may renew the dead attempt's lease as it ends).
+pub fn takeover_due(input: &Input, runner: &str, end: i64) -> i64 {
+    let checks = 2 * input.heartbeat;
+    let mut due = end + checks;
+    let own = input
+        .cut_off
+        .iter()
+        .filter(|c| c.runner.as_deref() == Some(runner));
+    let spans: Vec<&Span> = input.outages.iter().chain(own).collect();
+    loop {
+        let later = spans
+            .iter()
+            .filter(|o| o.from <= due && o.to >= end)
+            .map(|o| o.to + input.lease + checks)
+            .max();
+        match later {
+            Some(later) if later > due => due = later,
+            _ => return due,
+        }
+    }
+}
+
+/// When the first runner that knew of the run (it won, ran, lost or backed up an attempt of it)
+/// and was up from `end` on, and not frozen in its last two heartbeats before then, owed its
+/// takeover: `None` when no such runner was up (every one killed, frozen or never told).
+fn owed_by(input: &Input, job: &str, slot: i64, end: i64) -> Option<i64> {
+    let knew = |runner: &str| {
+        input.events.iter().any(|e| {
+            e.runner == runner
+                && e.job.as_deref() == Some(job)
+                && e.slot == Some(slot)
+                && matches!(
+                    e.kind.as_str(),
+                    "won" | "started" | "backup" | "takeover" | "lost"
+                )
+        })
+    };
+    input
+        .lives
+        .iter()
+        .filter_map(|life| {
+            let runner = life.runner.as_deref()?;
+            let due = takeover_due(input, runner, end);
+            let checking = due - 2 * input.heartbeat;
+            let frozen = input
+                .freezes
+                .iter()
+                .any(|f| f.runner.as_deref() == Some(runner) && f.from < due && f.to > checking);
+            (life.from <= end && life.to >= due && !frozen && knew(runner)).then_some(due)
+        })
+        .min()
+}
+
+/// The liveness rule: a run whose attempt died (killed, frozen, self-fenced, or answered too
+/// late) while a runner that knew of the run lived and attempts remained is taken over by the
+/// time [`takeover_due`] says for that runner (plus [`TAKEOVER_SLACK_MS`]), unless a newer run
+/// of the job started first (the spec then lets the dead run be interrupted). A runner that only
+/// skipped the slot as an overlap before the run existed is not its backup (spec, "Overlap").
+/// Attempts whose takeover would fall due after the history was read are not judged.
+fn taken_over(
+    input: &Input,
+    job: &JobSpec,
+    runs: &[&Run],
+    v: &mut Vec<Violation>,
+    figures: &mut Figures,
+) {
+    for (i, run) in runs.iter().enumerate() {
+        let mut deaths = 0u32;
+        for (k, a) in run.attempts.iter().enumerate() {
+            if a.outcome.as_deref() != Some("died") {
+                continue;
+            }
+            deaths += 1;
+            let Some(end) = a.ended_at else { continue };
+            if deaths >= job.max_attempts {
+                continue;
+            }
+            let Some(due) = owed_by(input, &run.job, run.slot, end) else {
+                continue;
+            };
+            let limit = due + TAKEOVER_SLACK_MS;
+            let newer_first = runs[i + 1..]
+                .iter()
+                .filter_map(|r| r.attempts.first())
+                .any(|first| first.started_at <= limit);
+            if limit > input.window.1 || newer_first {
+                continue;
+            }
+            figures.owed_takeovers.0 += 1;
+            match run.attempts.get(k + 1).map(|next| next.started_at) {
+                Some(started) if started <= limit => {
+                    figures.owed_takeovers.1 += 1;
+                    figures.takeover_after_due =
+                        figures.takeover_after_due.max(Some(started - due));
+                }
+                next => v.push(Violation {
+                    rule: rules::TAKEN_OVER,
+                    detail: format!(
+                        "{} slot {} attempt {} died (lease end {end}) with {} of {} attempts used and a runner up; the takeover was due by {due} (+{TAKEOVER_SLACK_MS} ms), but {};{}",
+                        run.job,
+                        run.slot,
+                        a.attempt,
+                        deaths,
+                        job.max_attempts,
+                        next.map_or("none followed".to_owned(), |t| format!("the next attempt started at {t}")),
+                        story(input, &run.job, run.slot)
+                    ),
+                }),
+            }
+        }
+    }
+}
+
 fn zombies(input: &Input, v: &mut Vec<Violation>, figures: &mut Figures) {
     let runs: HashMap<(&str, i64), &Run> = input
         .runs
@@ -819,6 +964,8 @@ mod tests {
             window: (10_000, 12_000),
             stop_latency: 100,
             on_time: 500,
+            lease: 1_000,
+            heartbeat: 150,
             ..Input::default()
         }
     }
@@ -1117,6 +1264,121 @@ mod tests {
         let mut i = input(vec![quick]);
         i.jobs[0].well_behaved = true;
         assert!(broken(&i).contains(&rules::SCHEDULE), "{:?}", broken(&i));
+    }
+
+    /// Slot 12_000's first attempt died with its lease ending at 13_005, during a store outage
+    /// from 12_500 to 14_000; runners a and b were up throughout, and the history was read at
+    /// 20_000. The takeover is due lease + 2 × heartbeat after the store was back: 15_300.
+    fn died_in_an_outage(takeover_at: Option<i64>) -> Input {
+        let mut attempts = vec![attempt(1, "a", 12_005, Some(13_005), Some("died"))];
+        let (status, lease_end) = match takeover_at {
+            Some(t) => {
+                attempts.push(attempt(2, "b", t, Some(t + 100), Some("success")));
+                ("success", t + 100)
+            }
+            None => ("running", 13_005),
+        };
+        let mut i = input(vec![run(12_000, status, lease_end, attempts)]);
+        i.window = (11_500, 20_000);
+        // No other slot falls due in the window: only this run is held to the rules.
+        i.jobs[0].period = 100_000;
+        i.outages.push(Span {
+            runner: None,
+            from: 12_500,
+            to: 14_000,
+        });
+        for runner in ["a", "b"] {
+            i.lives.push(Span {
+                runner: Some(runner.into()),
+                from: 0,
+                to: i64::MAX,
+            });
+            let kind = if runner == "a" { "won" } else { "backup" };
+            i.events.push(Event {
+                at: 12_005,
+                runner: runner.into(),
+                kind: kind.into(),
+                job: Some("j".into()),
+                slot: Some(12_000),
+                attempt: Some(1),
+                reason: "scheduled".into(),
+            });
+        }
+        i
+    }
+
+    #[test]
+    fn a_takeover_is_due_lease_plus_two_heartbeats_after_the_store_is_back() {
+        let mut i = died_in_an_outage(None);
+        assert_eq!(takeover_due(&i, "b", 13_005), 15_300);
+        // No outage in the wait: two heartbeats after the lease end.
+        assert_eq!(takeover_due(&i, "b", 16_000), 16_300);
+        // A runner cut off alone until 17_000 owes it lease + 2 × heartbeat after that.
+        i.cut_off.push(Span {
+            runner: Some("b".into()),
+            from: 15_500,
+            to: 17_000,
+        });
+        assert_eq!(takeover_due(&i, "b", 16_000), 18_300);
+        assert_eq!(takeover_due(&i, "a", 16_000), 16_300);
+    }
+
+    #[test]
+    fn a_died_attempt_taken_over_within_lease_plus_two_heartbeats_of_the_stores_return_keeps_the_liveness_rule(
+    ) {
+        let (v, f) = check(&died_in_an_outage(Some(15_200)));
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(f.owed_takeovers, (1, 1));
+        assert_eq!(f.takeover_after_due, Some(-100));
+    }
+
+    #[test]
+    fn a_died_attempt_never_taken_over_while_a_runner_lived_breaks_the_liveness_rule() {
+        assert_eq!(broken(&died_in_an_outage(None)), [rules::TAKEN_OVER]);
+    }
+
+    #[test]
+    fn a_takeover_later_than_lease_plus_two_heartbeats_after_the_stores_return_breaks_the_liveness_rule(
+    ) {
+        let late = 15_300 + TAKEOVER_SLACK_MS + 1;
+        assert_eq!(broken(&died_in_an_outage(Some(late))), [rules::TAKEN_OVER]);
+    }
+
+    #[test]
+    fn no_takeover_is_owed_without_a_runner_up_attempts_left_or_before_a_newer_run() {
+        // The only runner up never knew of the run: it skipped the slot before the run existed.
+        let mut i = died_in_an_outage(None);
+        i.lives.retain(|l| l.runner.as_deref() == Some("b"));
+        i.events.retain(|e| e.runner != "b");
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        // Every runner down (or frozen) meanwhile.
+        let mut i = died_in_an_outage(None);
+        i.lives.iter_mut().for_each(|l| l.to = 13_500);
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        let mut i = died_in_an_outage(None);
+        for runner in ["a", "b"] {
+            i.freezes.push(Span {
+                runner: Some(runner.into()),
+                from: 12_000,
+                to: 16_000,
+            });
+        }
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        // The attempt that died was the last one allowed.
+        let mut i = died_in_an_outage(None);
+        i.jobs[0].max_attempts = 1;
+        i.runs[0].status = "interrupted".into();
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        // A newer run started first: the dead one may be interrupted instead.
+        let mut i = died_in_an_outage(None);
+        i.runs[0].status = "interrupted".into();
+        i.runs.push(run(
+            13_000,
+            "success",
+            15_100,
+            vec![attempt(1, "b", 15_000, Some(15_100), Some("success"))],
+        ));
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
     }
 
     #[test]

@@ -348,6 +348,10 @@ pub struct Cluster {
     outages: Vec<Span>,
     all_down: Vec<Span>,
     disturbed: Vec<Span>,
+    /// When each runner was up (see [`Input::lives`]).
+    lives: Vec<Span>,
+    /// When one runner alone was cut off the store (see [`Input::cut_off`]).
+    cut_off: Vec<Span>,
     window_from: i64,
     store_down_since: Option<i64>,
     /// Faults after which a backup takes over within lease + 2 × heartbeat.
@@ -388,6 +392,8 @@ impl Cluster {
             outages: Vec::new(),
             all_down: Vec::new(),
             disturbed: Vec::new(),
+            lives: Vec::new(),
+            cut_off: Vec::new(),
             window_from: i64::MAX,
             store_down_since: None,
             deaths: Vec::new(),
@@ -446,6 +452,11 @@ impl Cluster {
             proxy,
         });
         let started = now_ms();
+        self.lives.push(Span {
+            runner: Some(id.to_owned()),
+            from: started,
+            to: i64::MAX,
+        });
         let index = self.runners.len() - 1;
         let who = id.to_owned();
         self.wait_event(Duration::from_secs(60), "the runner to start", |e| {
@@ -543,11 +554,25 @@ impl Cluster {
         if let Some(mut child) = self.runners[i].child.take() {
             let _ = child.wait();
         }
+        self.ended(i, at);
         self.deaths.push(Fault {
             runner: self.id(i),
             at,
         });
         self.disturb(at - 1_000, at + LEASE_MS + 2 * HEARTBEAT_MS + 2_000);
+    }
+
+    /// Records that runner `i` stopped being up at `at`.
+    fn ended(&mut self, i: usize, at: i64) {
+        let id = self.id(i);
+        if let Some(life) = self
+            .lives
+            .iter_mut()
+            .rev()
+            .find(|l| l.runner.as_deref() == Some(id.as_str()))
+        {
+            life.to = life.to.min(at);
+        }
     }
 
     /// `kill -9` every runner still up, one right after the other; returns when the last died.
@@ -628,6 +653,7 @@ impl Cluster {
                 other => panic!("runner did not exit within 20 s of SIGTERM: {other:?}"),
             }
         }
+        self.ended(i, at);
         self.hand_overs.push(Fault {
             runner: self.id(i),
             at,
@@ -644,6 +670,11 @@ impl Cluster {
         tokio::time::sleep(Duration::from_millis(for_ms)).await;
         proxy.set(Mode::Pass);
         let to = now_ms();
+        self.cut_off.push(Span {
+            runner: Some(self.id(i)),
+            from,
+            to,
+        });
         self.deaths.push(Fault {
             runner: self.id(i),
             at: from,
@@ -815,6 +846,10 @@ impl Cluster {
             disturbed: self.disturbed.clone(),
             stop_latency: STOP_LATENCY_MS,
             on_time: ON_TIME_MS,
+            lease: LEASE_MS,
+            heartbeat: HEARTBEAT_MS,
+            lives: self.lives.clone(),
+            cut_off: self.cut_off.clone(),
         }
     }
 }

@@ -114,6 +114,16 @@ fn takeover_cell(row: &Row) -> String {
     format!("{}/{}/{} (≤{bound})", t[0], median, t[t.len() - 1])
 }
 
+/// Died attempts taken over in time, of those owed a takeover, and the latest one against its
+/// due time (e.g. `3/3 (-120)`).
+fn owed_cell(f: &Figures) -> String {
+    let (owed, kept) = f.owed_takeovers;
+    if owed == 0 {
+        return "-".into();
+    }
+    format!("{kept}/{owed} ({})", ms_cell(f.takeover_after_due))
+}
+
 fn ms_cell(v: Option<i64>) -> String {
     v.map_or("-".into(), |v| format!("{v:+}"))
 }
@@ -127,7 +137,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>12} {:>10}  note",
+        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10}  note",
         "scenario",
         "backend",
         "runs",
@@ -136,6 +146,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         "fenced",
         "violations",
         "takeover min/median/max",
+        "taken over/owed",
         "zombie>lease",
         "zombie>wake"
     );
@@ -144,7 +155,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
             let na = "n/a";
             let _ = writeln!(
                 out,
-                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>12} {na:>10}  {}",
+                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>17} {na:>12} {na:>10}  {}",
                 r.scenario.name(),
                 r.backend.name(),
                 r.note
@@ -153,7 +164,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>12} {:>10}  {}",
+            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10}  {}",
             r.scenario.name(),
             r.backend.name(),
             r.figures.runs,
@@ -162,6 +173,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
             r.figures.fenced,
             r.violations.len(),
             takeover_cell(r),
+            owed_cell(&r.figures),
             ms_cell(r.figures.zombie_after_lease_end),
             ms_cell(r.figures.zombie_after_wake),
             r.note
@@ -179,6 +191,11 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "taken over/owed: died attempts taken over within lease + 2 x heartbeat of the store being reachable again (2 x heartbeat of the lease end without an outage), of those owed one (a runner that knew of the run up, attempts left, no newer run first); in brackets the latest against its due time (allowance {} ms)",
+        checker::TAKEOVER_SLACK_MS
+    );
     let _ = writeln!(
         out,
         "zombie>lease: the last side effect of a fenced attempt after its lease end (negative: it stopped before); zombie>wake: the same after its frozen host could run again"

