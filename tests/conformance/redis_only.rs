@@ -2,9 +2,10 @@
 //! out of reach, of another kind or too old, and that a claim whose answer was lost can be sent
 //! again without making two winners.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+use baton::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Token};
 use baton::store::{self, redis::CONNECT_TIMEOUT, StoreError};
 use baton_tests::backends::{redis_address, redis_url};
 use baton_tests::proxy::{Mode, Proxy};
@@ -228,4 +229,73 @@ async fn timeout_parameter_sets_how_long_an_operation_waits_for_its_answer() {
     assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
     assert!(msg.contains("timeout parameter"), "{msg}");
     assert!(!msg.contains("hunter2"), "{msg}");
+}
+
+/// A Redis without persistence that restarts has lost every fence counter: the job's fences
+/// would start again at 1. With the store's clock as their floor they keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_of_a_job_strictly_increase_across_a_restart_of_a_redis_without_persistence() {
+    let port = baton_tests::servers::free_port(false);
+    let dir = tempfile::tempdir().expect("server directory");
+    let start = || {
+        baton_tests::servers::start_redis_like_in(
+            std::path::Path::new("redis-server"),
+            port,
+            dir.path(),
+            &[],
+        )
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let namespace = unique("t");
+    let options = LeaseOptions::with_lease(Duration::from_secs(5));
+    let job = unique("job");
+    let claim = |store: Arc<dyn store::Store>, slot: i64| {
+        let job = job.clone();
+        async move {
+            let request = ClaimRequest {
+                job: &job,
+                slot,
+                kind: ClaimKind::Scheduled,
+                runner: "a",
+                token: Token::random(),
+                digest: None,
+                options: &options,
+            };
+            match store.claim(&request).await.expect("claim") {
+                ClaimOutcome::Won(lease) => {
+                    store
+                        .finish(&job, slot, lease.token, Finish::Success)
+                        .await
+                        .expect("finish");
+                    lease.fence
+                }
+                other => panic!("expected a win, got {other:?}"),
+            }
+        }
+    };
+
+    let server = start();
+    let before = store::open(&url, &namespace).await.expect("open");
+    let slot = store_now(&*before).await;
+    let mut fences = vec![
+        claim(before.clone(), slot).await,
+        claim(before.clone(), slot + 1).await,
+    ];
+    drop(before);
+    drop(server);
+
+    let _server = start();
+    let after = store::open(&url, &namespace).await.expect("open again");
+    assert_eq!(
+        after.get(&job, slot).await.expect("get"),
+        None,
+        "the restarted server has lost the job's state"
+    );
+    let slot = store_now(&*after).await;
+    fences.push(claim(after.clone(), slot).await);
+    fences.push(claim(after.clone(), slot + 1).await);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences {fences:?} strictly increase across the restart"
+    );
 }

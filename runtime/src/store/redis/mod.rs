@@ -11,7 +11,7 @@
 //!   the trim;
 //! - `{ns:job}:running`: a sorted set of the runs whose status is running, scored by lease end,
 //!   so the overlap check (is any lease alive after now?) is logarithmic;
-//! - `{ns:job}:fence`: the job's fence counter.
+//! - `{ns:job}:fence`: the job's fence counter (see [`next_fence`](crate::lease::next_fence)).
 //!
 //! Beside them, `{ns}:jobs` is the set of the namespace's job names, added to once per job and
 //! process after a won claim.
@@ -520,6 +520,7 @@ enum ClaimAnswer {
     Won {
         attempt: u32,
         token: Token,
+        #[serde(deserialize_with = "crate::lease::fence_from_json")]
         fence: u64,
         lease_end: i64,
     },
