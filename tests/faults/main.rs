@@ -13,6 +13,7 @@
 //! `BATON_FAULTS_DEBUG=1` prints the story of every run with a died attempt.
 
 mod checker;
+mod failover;
 mod harness;
 mod report;
 mod scenarios;
