@@ -356,12 +356,23 @@ where
     assert!(violations.is_empty(), "{name}:\n{}", violations.join("\n"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failover_of_a_single_primary_loses_no_fence_finish_or_acknowledged_claim() {
-    trials("single primary", single_primary_trial).await;
+/// A runtime for one scenario's trials.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failover_of_a_cluster_primary_loses_no_fence_finish_or_acknowledged_claim() {
-    trials("cluster", cluster_trial).await;
+#[test]
+fn failover_of_a_single_primary_loses_no_fence_finish_or_acknowledged_claim() {
+    let _shared = crate::machine_shared();
+    runtime().block_on(trials("single primary", single_primary_trial));
+}
+
+#[test]
+fn failover_of_a_cluster_primary_loses_no_fence_finish_or_acknowledged_claim() {
+    let _shared = crate::machine_shared();
+    runtime().block_on(trials("cluster", cluster_trial));
 }
