@@ -354,7 +354,8 @@ pub struct Lease {
     /// The attempt's token, for heartbeat, finish and release.
     pub token: Token,
     /// The job's fence value for this attempt: it grows with every won claim of the job, so it
-    /// can be passed to an external system that refuses smaller ones.
+    /// can be passed to an external system that refuses smaller ones. It is never below the
+    /// store's clock in microseconds at the claim (see [`next_fence`]).
     pub fence: u64,
     /// Until when the lease holds (store clock, ms).
     pub lease_end: i64,
