@@ -185,3 +185,101 @@ fn scale_smoke_runs_every_slot_at_most_once() {
         assert!(h["cpu_s"].as_f64().is_some_and(|c| c >= 0.0), "{h:#}");
     }
 }
+
+/// A claim and a finish with and without the replica's acknowledgement (`WAIT 1` pipelined
+/// after the script), side by side in one run against a Redis primary with one replica that
+/// the bench starts: blocks of 50 runs alternate between a store opened with `?replicas=0` and
+/// one with `?replicas=auto`. Prints the figures that `docs/BENCHMARKS.md` records; asserts
+/// only that both sides won every claim and that each operation stayed one round trip (the
+/// `WAIT` rides in the script's pipeline).
+#[test]
+fn claim_and_finish_with_and_without_the_replicas_acknowledgement() {
+    use std::time::{Duration, Instant};
+
+    use baton_bench::Stats;
+    use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Token};
+    use baton_core::store::{self, Store};
+
+    const BLOCKS: usize = 10;
+    const BLOCK: usize = 50;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let pair = baton_tests::servers::start_redis_with_replica();
+    rt.block_on(async move {
+        let url = format!("redis://127.0.0.1:{}", pair.primary.port);
+        let namespace = baton_tests::unique("bench");
+        let off = store::open(&format!("{url}?replicas=0"), &namespace)
+            .await
+            .expect("open with replicas=0");
+        let on = store::open(&url, &namespace).await.expect("open with replicas=auto");
+        let options = LeaseOptions {
+            overlap: baton_core::lease::Overlap::Allow,
+            ..LeaseOptions::with_lease(Duration::from_secs(30))
+        };
+        let mut slot = baton_tests::store_now(&*on).await;
+        let mut times: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
+        let mut trips = [0u64; 2];
+        for block in 0..BLOCKS * 2 {
+            let side = block % 2;
+            let store: &dyn Store = if side == 0 { &*off } else { &*on };
+            let job = format!("job-{block}");
+            for _ in 0..BLOCK {
+                slot += 1;
+                let token = Token::random();
+                let request = ClaimRequest {
+                    job: &job,
+                    slot,
+                    kind: ClaimKind::Scheduled,
+                    runner: "bench",
+                    token,
+                    digest: None,
+                    options: &options,
+                };
+                let before = store.round_trips();
+                let started = Instant::now();
+                let outcome = store.claim(&request).await.expect("claim");
+                times[side].0.push(started.elapsed());
+                assert!(matches!(outcome, ClaimOutcome::Won(_)), "{outcome:?}");
+                let started = Instant::now();
+                store
+                    .finish(&job, slot, token, Finish::Success)
+                    .await
+                    .expect("finish");
+                times[side].1.push(started.elapsed());
+                // The first claim of a job also registers its name: one request more.
+                trips[side] += store.round_trips() - before;
+            }
+        }
+        let runs = (BLOCKS * BLOCK) as u64;
+        for (side, name) in ["replicas=0", "replicas=auto (1)"].iter().enumerate() {
+            let claim = Stats::of(times[side].0.clone());
+            let finish = Stats::of(times[side].1.clone());
+            println!(
+                "replica acknowledgement, {name}: claim median {:.0} µs p99 {:.0} µs; finish median {:.0} µs p99 {:.0} µs; {} runs, {:.2} requests a run",
+                claim.median_us,
+                claim.p99_us,
+                finish.median_us,
+                finish.p99_us,
+                runs,
+                trips[side] as f64 / runs as f64
+            );
+            // A claim and a finish, plus one registration per job (block), plus at most two
+            // requests per script the first time it is not loaded yet (SCRIPT LOAD, then EVALSHA
+            // again; a pipeline with WAIT sends the script itself instead).
+            let least = 2 * runs + BLOCKS as u64;
+            assert!(
+                (least..=least + 4).contains(&trips[side]),
+                "{name}: {} requests",
+                trips[side]
+            );
+        }
+        for store in [&off, &on] {
+            for block in 0..BLOCKS * 2 {
+                let _ = store.forget_job(&format!("job-{block}")).await;
+            }
+        }
+    });
+}

@@ -815,9 +815,37 @@ pub async fn fence_grows_with_every_won_claim_of_the_job(f: &Fixture) {
             .await
             .expect("finish");
     }
-    // Other jobs have fences of their own.
-    let other = won(claim(&*f.store, &unique("other"), slot, "a").await);
-    assert_eq!(other.fence, 1);
+}
+
+/// A new fence is `max(previous + 1, the store's clock in µs)`: a store that lost the job's
+/// last fences (a promoted replica, a restarted server without persistence) still hands out
+/// larger ones. Checked on the first claim of a job and on a takeover.
+pub async fn fence_is_never_below_the_stores_clock_in_microseconds_at_the_claim(f: &Fixture) {
+    let (job, slot) = job_and_slot(f).await;
+    let before = store_now(&*f.store).await;
+    let first = won(claim(&*f.store, &job, slot, "a").await);
+    let after = store_now(&*f.store).await;
+    let floor = u64::try_from(before * 1_000).expect("the clock is after 1970");
+    let ceiling = u64::try_from((after + 1) * 1_000).expect("the clock is after 1970");
+    assert!(
+        (floor..ceiling).contains(&first.fence),
+        "fence {} of a job's first claim is the clock in µs, between {floor} and {ceiling}",
+        first.fence
+    );
+    wait_past(&*f.store, first.lease_end).await;
+    let before = store_now(&*f.store).await;
+    let second = won(takeover(&*f.store, &job, slot, "b").await);
+    assert!(
+        second.fence >= u64::try_from(before * 1_000).expect("the clock is after 1970"),
+        "takeover fence {} below the clock {before} ms",
+        second.fence
+    );
+    assert!(second.fence > first.fence);
+    // The record keeps the fence exactly (16 digits, beyond a 14-digit JSON encoder).
+    let run = run_of(&*f.store, &job, slot).await;
+    assert_eq!(run.fence, second.fence);
+    let fences: Vec<u64> = run.attempts.iter().map(|a| a.fence).collect();
+    assert_eq!(fences, vec![first.fence, second.fence]);
 }
 
 // ---- The record of a run ----
@@ -1184,7 +1212,8 @@ pub async fn raw_primitive_writes_a_new_key_once(f: &Fixture) {
     }
 }
 
-/// Forgetting a job deletes its runs, its fence and its name; its next claim starts afresh.
+/// Forgetting a job deletes its runs, its fence and its name; its next claim starts afresh, as
+/// attempt 1 with a fence from the store's clock, as a new job's.
 pub async fn forget_job_deletes_its_runs_and_name(f: &Fixture) {
     let store = &*f.store;
     let job = unique("forget");
@@ -1199,6 +1228,12 @@ pub async fn forget_job_deletes_its_runs_and_name(f: &Fixture) {
     store.forget_job(&job).await.expect("forget");
     assert!(store.get(&job, slot).await.expect("get").is_none());
     assert!(!store.jobs().await.expect("jobs").contains(&job));
+    let before = store_now(store).await;
     let again = won(claim(store, &job, slot, "b").await);
-    assert_eq!((again.attempt, again.fence), (1, 1));
+    assert_eq!(again.attempt, 1);
+    assert!(
+        again.fence >= u64::try_from(before * 1_000).expect("the clock is after 1970"),
+        "fence {} below the clock {before} ms",
+        again.fence
+    );
 }

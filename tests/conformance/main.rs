@@ -46,6 +46,7 @@ macro_rules! conformance_suite {
             claim_for_a_slot_older_than_an_existing_run_is_superseded,
             frozen_runner_is_fenced_after_takeover,
             fence_grows_with_every_won_claim_of_the_job,
+            fence_is_never_below_the_stores_clock_in_microseconds_at_the_claim,
             attempt_record_keeps_runner_token_start_end_and_outcome,
             unfinished_lists_running_runs_oldest_first,
             history_is_trimmed_to_its_size,

@@ -2,9 +2,10 @@
 //! out of reach, of another kind or too old, and that a claim whose answer was lost can be sent
 //! again without making two winners.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Token};
+use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Token};
 use baton_core::store::{self, redis::CONNECT_TIMEOUT, StoreError};
 use baton_tests::backends::{redis_address, redis_url};
 use baton_tests::proxy::{Mode, Proxy};
@@ -228,4 +229,188 @@ async fn timeout_parameter_sets_how_long_an_operation_waits_for_its_answer() {
     assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
     assert!(msg.contains("timeout parameter"), "{msg}");
     assert!(!msg.contains("hunter2"), "{msg}");
+}
+
+/// A Redis without persistence that restarts has lost every fence counter: the job's fences
+/// would start again at 1. With the store's clock as their floor they keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_of_a_job_strictly_increase_across_a_restart_of_a_redis_without_persistence() {
+    let port = baton_tests::servers::free_port(false);
+    let dir = tempfile::tempdir().expect("server directory");
+    let start = || {
+        baton_tests::servers::start_redis_like_in(
+            std::path::Path::new("redis-server"),
+            port,
+            dir.path(),
+            &[],
+        )
+    };
+    let url = format!("redis://127.0.0.1:{port}");
+    let namespace = unique("t");
+    let options = LeaseOptions::with_lease(Duration::from_secs(5));
+    let job = unique("job");
+    let claim = |store: Arc<dyn store::Store>, slot: i64| {
+        let job = job.clone();
+        async move {
+            let request = ClaimRequest {
+                job: &job,
+                slot,
+                kind: ClaimKind::Scheduled,
+                runner: "a",
+                token: Token::random(),
+                digest: None,
+                options: &options,
+            };
+            match store.claim(&request).await.expect("claim") {
+                ClaimOutcome::Won(lease) => {
+                    store
+                        .finish(&job, slot, lease.token, Finish::Success)
+                        .await
+                        .expect("finish");
+                    lease.fence
+                }
+                other => panic!("expected a win, got {other:?}"),
+            }
+        }
+    };
+
+    let server = start();
+    let before = store::open(&url, &namespace).await.expect("open");
+    let slot = store_now(&*before).await;
+    let mut fences = vec![
+        claim(before.clone(), slot).await,
+        claim(before.clone(), slot + 1).await,
+    ];
+    drop(before);
+    drop(server);
+
+    let _server = start();
+    let after = store::open(&url, &namespace).await.expect("open again");
+    assert_eq!(
+        after.get(&job, slot).await.expect("get"),
+        None,
+        "the restarted server has lost the job's state"
+    );
+    let slot = store_now(&*after).await;
+    fences.push(claim(after.clone(), slot).await);
+    fences.push(claim(after.clone(), slot + 1).await);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences {fences:?} strictly increase across the restart"
+    );
+}
+
+/// With a replica attached, a claim waits for it (`WAIT`, `?replicas=auto`): a frozen replica
+/// never acknowledges, so the claim is not acknowledged and an instance does not start the job
+/// (it says so with a `skip` event); with the replica live, claims win as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_starts() {
+    use baton_core::instance::{handler_fn, EventKind, Instance, InstanceConfig, Job};
+    use baton_tests::servers::{signal, start_redis_with_replica};
+
+    let pair = tokio::task::spawn_blocking(start_redis_with_replica)
+        .await
+        .expect("start a primary and its replica");
+    let url = format!("redis://127.0.0.1:{}", pair.primary.port);
+    let namespace = unique("t");
+    let store = store::open(&url, &namespace).await.expect("open");
+    let unguarded = store::open(&format!("{url}?replicas=0"), &namespace)
+        .await
+        .expect("open with replicas=0");
+    let options = LeaseOptions {
+        overlap: baton_core::lease::Overlap::Allow,
+        ..LeaseOptions::with_lease(Duration::from_secs(5))
+    };
+    let job = unique("job");
+    let request = |slot: i64| ClaimRequest {
+        job: &job,
+        slot,
+        kind: ClaimKind::Scheduled,
+        runner: "a",
+        token: Token::random(),
+        digest: None,
+        options: &options,
+    };
+
+    let slot = store_now(&*store).await;
+    let live = store.claim(&request(slot)).await.expect("claim");
+    let ClaimOutcome::Won(lease) = live else {
+        panic!("with the replica live the claim wins, got {live:?}");
+    };
+    store
+        .finish(&job, slot, lease.token, Finish::Success)
+        .await
+        .expect("the replica acknowledges the finish");
+
+    signal(&pair.replica, libc::SIGSTOP);
+    let frozen = store.claim(&request(slot + 1)).await;
+    match frozen {
+        Err(StoreError::NotAcknowledged {
+            operation,
+            acknowledged,
+            required,
+            ..
+        }) => assert_eq!((operation, acknowledged, required), ("claim", 0, 1)),
+        other => panic!("a claim the frozen replica did not acknowledge, got {other:?}"),
+    }
+    // The URL's replicas=0 turns the wait off: the same store answers at once.
+    let off = unguarded.claim(&request(slot + 2)).await.expect("claim");
+    assert!(matches!(off, ClaimOutcome::Won(_)), "{off:?}");
+
+    // An instance does not start a job on a claim that was not acknowledged.
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran = started.clone();
+    let handler = handler_fn(move |_| {
+        let ran = ran.clone();
+        async move {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let instance_job = unique("instance-job");
+    let instance = Instance::start(
+        InstanceConfig {
+            store_url: url.clone(),
+            namespace: namespace.clone(),
+            runner: "frozen-replica".into(),
+        },
+        vec![Job {
+            name: instance_job.clone(),
+            schedule: baton_core::schedule::Schedule::parse("* * * * * *", "UTC")
+                .expect("schedule"),
+            options: LeaseOptions::with_lease(Duration::from_secs(5)),
+            handler,
+        }],
+    )
+    .await
+    .expect("instance starts");
+    let mut events = instance.subscribe();
+    let skipped = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.recv().await {
+                Ok(e) if e.kind == EventKind::Skip && e.reason == "not-acknowledged" => break e,
+                Ok(e) => assert!(
+                    !matches!(e.kind, EventKind::Won | EventKind::Started),
+                    "no claim may win while the replica is frozen: {e:?}"
+                ),
+                Err(e) => panic!("events: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("a skip event saying the claim was not acknowledged");
+    assert_eq!(skipped.job, instance_job);
+    assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
+    instance.stop(Duration::from_secs(5)).await;
+    assert!(
+        !started.load(std::sync::atomic::Ordering::SeqCst),
+        "the job never started"
+    );
+
+    signal(&pair.replica, libc::SIGCONT);
+    let again = store.claim(&request(slot + 3)).await.expect("claim");
+    assert!(
+        matches!(again, ClaimOutcome::Won(_)),
+        "with the replica live again claims win: {again:?}"
+    );
 }

@@ -193,8 +193,8 @@ mod outage {
 mod cluster_failover {
     use std::time::{Duration, Instant};
 
-    use baton::lease::{Run, Status};
-    use baton::schedule::Schedule;
+    use baton_core::lease::{Run, Status};
+    use baton_core::schedule::Schedule;
     use baton_tests::{servers, unique, Fixture};
 
     use crate::support::*;
@@ -229,9 +229,10 @@ mod cluster_failover {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn killed_primary_of_a_jobs_slot_is_survived_by_the_run_and_every_later_slot() {
-        let cluster = tokio::task::spawn_blocking(servers::start_redis_cluster_with_replicas)
-            .await
-            .expect("start the cluster");
+        let cluster =
+            tokio::task::spawn_blocking(|| servers::start_redis_cluster_with_replicas(1_000))
+                .await
+                .expect("start the cluster");
         let f = Fixture::open(cluster.url(), None).await;
         let name = unique("failover");
         let mut opts = options(1_000, 150);

@@ -1,6 +1,7 @@
 //! A small fault-injecting TCP proxy for the tests: it forwards 127.0.0.1:`port` to a target
 //! and can be told to delay, to stall requests for a while, to swallow the server's replies and
-//! cut the connection, or to refuse every connection (a partition).
+//! cut the connection, to refuse every connection (a partition), or to forward to another
+//! server from now on (a failover).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -45,8 +46,11 @@ struct Shared {
     /// What the client sends is held until `base` + this many ms (a stall).
     stalled_until_ms: AtomicU64,
     base: tokio::time::Instant,
-    /// Bumped by every change to [`Mode::Partition`], so live connections notice and close.
+    /// Bumped by every change to [`Mode::Partition`] and by [`Proxy::retarget`], so live
+    /// connections notice and close.
     generation: AtomicU64,
+    /// Where new connections go (`host:port`).
+    target: std::sync::Mutex<String>,
 }
 
 /// A running proxy; it stops when dropped.
@@ -76,6 +80,7 @@ impl Proxy {
             stalled_until_ms: AtomicU64::new(0),
             base: tokio::time::Instant::now(),
             generation: AtomicU64::new(0),
+            target: std::sync::Mutex::new(target),
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -87,6 +92,7 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
+                let target = s.target.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let Ok(server) = TcpStream::connect(&target).await else {
                     continue;
                 };
@@ -102,6 +108,13 @@ impl Proxy {
             self.shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         self.shared.mode.store(mode.code(), Ordering::SeqCst);
+    }
+
+    /// Points the proxy at another server (`host:port`), as a failover moves a virtual
+    /// address: the live connections are cut, new ones go to `target`.
+    pub fn retarget(&self, target: String) {
+        *self.shared.target.lock().unwrap_or_else(|p| p.into_inner()) = target;
+        self.shared.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Delays every chunk forwarded in either direction by `delay` (latency: chunks keep their

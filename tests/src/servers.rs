@@ -181,6 +181,66 @@ pub fn start_valkey() -> Server {
     start_redis_like(&valkey_server_binary(), &[])
 }
 
+/// A Redis primary and its one replica, started by the test on free ports, the replica in sync.
+pub struct ReplicatedRedis {
+    /// The primary.
+    pub primary: Server,
+    /// The replica (`--replicaof` the primary).
+    pub replica: Server,
+}
+
+/// Starts a `redis-server` primary and one replica of it, and waits until the primary reports
+/// the replica online.
+pub fn start_redis_with_replica() -> ReplicatedRedis {
+    let primary = start_redis_like(Path::new("redis-server"), &[]);
+    let of = primary.port.to_string();
+    let replica = start_redis_like(
+        Path::new("redis-server"),
+        &["--replicaof", "127.0.0.1", &of],
+    );
+    wait_for_replicas(primary.port, 1);
+    ReplicatedRedis { primary, replica }
+}
+
+/// One `redis-cli` command against 127.0.0.1:`port`; its output (empty when it cannot run).
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Waits up to 20 s until the server on `port` reports `count` replicas online.
+pub fn wait_for_replicas(port: u16, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = redis_cli(port, &["info", "replication"]);
+        let online = info
+            .lines()
+            .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+            .count();
+        if online >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server on port {port} has {online} of {count} replicas online after 20 s:\n{info}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `signal` (`libc::SIGSTOP`, `SIGCONT`, `SIGKILL`) to a server.
+pub fn signal(server: &Server, signal: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(server.pid) {
+        // SAFETY: kill(2) on a child of this process that has not been reaped.
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
 /// A Redis Cluster of three primaries, without replicas or with one replica each, on free
 /// ports, formed and answering `cluster_state:ok`.
 pub struct Cluster {
@@ -213,6 +273,55 @@ impl Cluster {
                 })
         })
     }
+
+    /// The node (an index into `nodes`) that serves `key`'s hash slot as primary now, and the
+    /// node that replicates it, asked of any live node other than those in `skip`.
+    pub fn primary_and_replica_of(&self, key: &str, skip: &[usize]) -> (usize, usize) {
+        let ask = (0..self.nodes.len())
+            .find(|i| !skip.contains(i))
+            .expect("a live node");
+        let port = self.nodes[ask].port;
+        let slot: u16 = redis_cli(port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        let table = redis_cli(port, &["cluster", "nodes"]);
+        // <id> <ip:port@bus> <flags> <master-id> <ping> <pong> <epoch> <link> <slot ranges…>
+        let rows: Vec<Vec<&str>> = table
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let index_of = |address: &str| {
+            let port: u16 = address
+                .split(['@', ':'])
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            self.nodes
+                .iter()
+                .position(|n| n.port == port)
+                .unwrap_or_else(|| panic!("no node on port {port}"))
+        };
+        let serves = |ranges: &[&str]| {
+            ranges.iter().any(|r| {
+                let mut ends = r.split('-').map(|n| n.parse::<u16>().unwrap_or(u16::MAX));
+                let first = ends.next().unwrap_or(u16::MAX);
+                let last = ends.next().unwrap_or(first);
+                (first..=last).contains(&slot)
+            })
+        };
+        let primary = rows
+            .iter()
+            .find(|r| {
+                r.len() > 8 && r[2].contains("master") && !r[2].contains("fail") && serves(&r[8..])
+            })
+            .unwrap_or_else(|| panic!("no live primary serves slot {slot}:\n{table}"));
+        let replica = rows
+            .iter()
+            .find(|r| r.len() > 3 && r[2].contains("slave") && r[3] == primary[0])
+            .unwrap_or_else(|| panic!("the primary of slot {slot} has no replica:\n{table}"));
+        (index_of(primary[1]), index_of(replica[1]))
+    }
 }
 
 /// Starts three `redis-server --cluster-enabled yes` nodes and forms a cluster of them with
@@ -221,11 +330,13 @@ pub fn start_redis_cluster() -> Cluster {
     start_cluster(0, 5_000)
 }
 
-/// Starts a cluster of three primaries, each with one replica, with a node timeout of 1 s: a
-/// primary that dies is marked failed after about a second, and its replica promoted within
-/// about another.
-pub fn start_redis_cluster_with_replicas() -> Cluster {
-    start_cluster(1, 1_000)
+/// Starts six `redis-server --cluster-enabled yes` nodes (node timeout `node_timeout_ms`) and
+/// forms a cluster of three primaries with one replica each (`--cluster-replicas 1`); returns
+/// once every node says `cluster_state:ok` and every primary has its replica online. With a
+/// node timeout of 1 s, a primary that dies is marked failed after about a second, and its
+/// replica promoted within about another.
+pub fn start_redis_cluster_with_replicas(node_timeout_ms: u64) -> Cluster {
+    start_cluster(1, node_timeout_ms)
 }
 
 fn start_cluster(replicas: usize, node_timeout_ms: u64) -> Cluster {
@@ -266,19 +377,16 @@ fn start_cluster(replicas: usize, node_timeout_ms: u64) -> Cluster {
             "the cluster did not reach cluster_state:ok (and its replicas their primaries) within 20 s"
         );
         for n in &nodes {
-            let cli = |args: &[&str]| {
-                Command::new("redis-cli")
-                    .args(["-p", &n.port.to_string()])
-                    .args(args)
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default()
-            };
+            let cli = |args: &[&str]| redis_cli(n.port, args);
+            // With replicas: a replica's link to its primary is up, and a primary has its
+            // replica online.
             let ready = cli(&["cluster", "info"]).contains("cluster_state:ok")
                 && (replicas == 0 || {
                     let replication = cli(&["info", "replication"]);
-                    replication.contains("role:master")
-                        || replication.contains("master_link_status:up")
+                    replication.contains("master_link_status:up")
+                        || replication
+                            .lines()
+                            .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
                 });
             if !ready {
                 std::thread::sleep(Duration::from_millis(100));

@@ -263,6 +263,7 @@ pub struct Attempt {
     /// Why it was claimed.
     pub reason: ClaimKind,
     /// The job's fence value won with this attempt.
+    #[serde(deserialize_with = "fence_from_json")]
     pub fence: u64,
     /// When the claim was won (store clock, ms).
     pub started_at: i64,
@@ -296,6 +297,7 @@ pub struct Run {
     /// released.
     pub released: bool,
     /// The fence value of the current attempt.
+    #[serde(deserialize_with = "fence_from_json")]
     pub fence: u64,
     /// Every attempt, oldest first.
     pub attempts: Vec<Attempt>,
@@ -352,7 +354,8 @@ pub struct Lease {
     /// The attempt's token, for heartbeat, finish and release.
     pub token: Token,
     /// The job's fence value for this attempt: it grows with every won claim of the job, so it
-    /// can be passed to an external system that refuses smaller ones.
+    /// can be passed to an external system that refuses smaller ones. It is never below the
+    /// store's clock in microseconds at the claim (see [`next_fence`]).
     pub fence: u64,
     /// Until when the lease holds (store clock, ms).
     pub lease_end: i64,
@@ -643,6 +646,49 @@ pub struct ClaimRequest<'a> {
     pub options: &'a LeaseOptions,
 }
 
+/// The fence a won claim gets: `max(previous + 1, clock_us)`, where `previous` is the job's
+/// last fence (0 before the first) and `clock_us` the store's clock, in microseconds since the
+/// Unix epoch, read inside the claim.
+///
+/// The `+ 1` makes the fences of a job strictly increase while the store keeps its writes. The
+/// clock makes them keep increasing when it does not: a Redis or Valkey replica promoted after
+/// its primary died has lost the primary's last writes, fence counters included, and a Redis
+/// without persistence that restarts has lost them all. Its next fence is still larger than
+/// any it lost, **as long as the clocks of the servers that hand out fences agree to within the
+/// time between the lost claim and the next one** (a failover takes seconds; NTP keeps clocks
+/// within milliseconds). A clock set back further than that can hand out a fence again. Every
+/// backend computes this in its own atomic step (the Lua claim script, the PostgreSQL claim
+/// function, SQLite's transaction), from the same clock it reads `now` from.
+///
+/// Fences are about 1.8e15 in 2026: beyond what a JSON number keeps in a JavaScript double
+/// only after the year 2255 (2^53 µs), and far from `u64::MAX`.
+pub fn next_fence(previous: u64, clock_us: i64) -> u64 {
+    previous
+        .saturating_add(1)
+        .max(u64::try_from(clock_us).unwrap_or(0))
+}
+
+/// Reads a fence from a stored record: a JSON number, or a string of decimal digits (the Redis
+/// scripts write fences as strings, since their JSON encoder keeps only 14 significant digits
+/// of a number and a fence has 16).
+pub(crate) fn fence_from_json<'de, D>(deserializer: D) -> Result<u64, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Fence {
+        Number(u64),
+        Text(String),
+    }
+    match Fence::deserialize(deserializer)? {
+        Fence::Number(n) => Ok(n),
+        Fence::Text(s) => s
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("a fence is a whole number, not {s:?}"))),
+    }
+}
+
 /// Milliseconds of a duration, saturating, as the stores count them.
 pub fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -707,6 +753,34 @@ mod tests {
             msg.starts_with("lease is 10ms, but must be from 100ms"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn next_fence_is_the_previous_plus_one_or_the_clock_in_microseconds_whichever_is_larger() {
+        let clock_us = 1_780_000_000_000_000;
+        assert_eq!(next_fence(0, clock_us), clock_us as u64);
+        assert_eq!(next_fence(clock_us as u64, clock_us), clock_us as u64 + 1);
+        assert_eq!(
+            next_fence(clock_us as u64 + 5, clock_us),
+            clock_us as u64 + 6
+        );
+        assert_eq!(next_fence(7, -1), 8);
+    }
+
+    #[test]
+    fn fence_is_read_from_a_json_number_or_a_string_of_digits() {
+        #[derive(Deserialize)]
+        struct Holder {
+            #[serde(deserialize_with = "fence_from_json")]
+            fence: u64,
+        }
+        let read = |json: &str| serde_json::from_str::<Holder>(json).map(|h| h.fence);
+        assert_eq!(read(r#"{"fence":7}"#).unwrap(), 7);
+        assert_eq!(
+            read(r#"{"fence":"1780000000000001"}"#).unwrap(),
+            1_780_000_000_000_001
+        );
+        assert!(read(r#"{"fence":"1.78e+15"}"#).is_err());
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub enum EventKind {
     Success,
     /// The attempt finished with failed (reason: the handler's message).
     Failed,
-    /// A slot was not run (reason: `overlap` or `superseded`).
+    /// A slot was not run (reason: `overlap`, `superseded`, or `not-acknowledged`: the claim
+    /// won, but the store's replicas did not acknowledge it in time, so the job did not start
+    /// and the claim was released).
     Skip,
     /// The store called the claim late.
     Late,

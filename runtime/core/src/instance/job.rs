@@ -142,6 +142,20 @@ pub(super) async fn claim_and_handle(
     };
     let outcome = match retry(inner, || inner.store.claim(&request)).await {
         Ok(outcome) => outcome,
+        Err(e @ StoreError::NotAcknowledged { .. }) => {
+            // Won on a primary whose replicas do not hold the win: a failover could lose it and
+            // hand the run to another runner as well, so the job does not start on it. The
+            // release (a hand-over) lets a backup claim it again; should it fail, the lease
+            // runs out. Either way this instance goes on watching the run as a backup, so the
+            // run is not orphaned when every runner's claim ends so.
+            tracing::warn!(job = %job.name, slot, error = %e, "claim not acknowledged by the store's replicas; not running it");
+            inner.emit(EventKind::Skip, &job.name, slot, None, "not-acknowledged");
+            if let Err(e) = inner.store.release(&job.name, slot, token).await {
+                tracing::warn!(job = %job.name, slot, error = %e, "cannot release the claim that was not acknowledged; its lease runs out");
+            }
+            spawn_watch(inner, job, slot, ClaimKind::Takeover);
+            return;
+        }
         Err(e) if e.is_retryable() => {
             tracing::debug!(job = %job.name, slot, error = %e, "claim failed; sent again at the next backup check");
             spawn_watch(inner, job, slot, kind);

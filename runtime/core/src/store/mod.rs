@@ -109,6 +109,27 @@ pub enum StoreError {
         /// The cargo feature that adds the backend.
         feature: &'static str,
     },
+    /// The store acted on a write, but fewer of its replicas than required acknowledged it
+    /// within the wait (Redis and Valkey, `?replicas=`): a failover now could lose it. Sending
+    /// the same call again is safe (a claim with the same token wins its own run back; a finish
+    /// already recorded is refused with the run's state) and waits for the replicas again. An
+    /// instance does not start a job on a claim that ends so.
+    #[error(
+        "store {store}: {acknowledged} of {required} replicas acknowledged the {operation} \
+         within {timeout:?}; a failover now could lose it"
+    )]
+    NotAcknowledged {
+        /// Host and port.
+        store: String,
+        /// What was written: `claim`, `finish` or `release`.
+        operation: &'static str,
+        /// How many replicas acknowledged it.
+        acknowledged: u32,
+        /// How many were required.
+        required: u32,
+        /// How long the store waited for them.
+        timeout: Duration,
+    },
     /// Any other error the backend reported.
     #[error("store {store}: {source}")]
     Backend {
@@ -121,13 +142,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Whether the same call may succeed if sent again: the store was out of reach, or it
-    /// answered with a passing error. Every store operation is safe to retry: a retried claim
-    /// cannot make two winners, since the first one's record answers the second.
+    /// Whether the same call may succeed if sent again: the store was out of reach, it
+    /// answered with a passing error, or its replicas did not acknowledge the write in time.
+    /// Every store operation is safe to retry: a retried claim cannot make two winners, since
+    /// the first one's record answers the second.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unreachable { .. } | StoreError::Backend { .. }
+            StoreError::Unreachable { .. }
+                | StoreError::Backend { .. }
+                | StoreError::NotAcknowledged { .. }
         )
     }
 }

@@ -3,11 +3,12 @@
 //! and the functions of PostgreSQL) implement the same steps; the conformance suite holds all of
 //! them to it.
 //!
-//! Each function takes the store's clock reading `now` (ms) and returns the outcome together
+//! Each function takes the store's clock reading `now` (ms; a claim also its reading in µs, the
+//! floor of a new fence) and returns the outcome together
 //! with the records to write back; nothing here does I/O.
 
 use crate::lease::{
-    millis, Attempt, AttemptOutcome, ClaimKind, ClaimOutcome, ClaimRequest, Finish,
+    millis, next_fence, Attempt, AttemptOutcome, ClaimKind, ClaimOutcome, ClaimRequest, Finish,
     HeartbeatOutcome, Lease, Run, Status, Token, TokenOutcome,
 };
 use std::time::Duration;
@@ -23,6 +24,9 @@ pub(crate) struct ClaimView {
     pub running: Vec<Run>,
     /// The job's fence counter: the fence of the last won claim (0 before the first).
     pub fence: u64,
+    /// The store's clock in microseconds, read with `now`: the floor of a new fence (see
+    /// [`next_fence`]).
+    pub clock_us: i64,
 }
 
 /// What a claim decided: its outcome and the records to write.
@@ -96,6 +100,7 @@ pub(crate) fn claim(now: i64, req: &ClaimRequest<'_>, view: ClaimView) -> ClaimE
         newest_slot,
         running,
         fence,
+        clock_us,
     } = view;
 
     // Step 1: the slot has state.
@@ -137,7 +142,7 @@ pub(crate) fn claim(now: i64, req: &ClaimRequest<'_>, view: ClaimView) -> ClaimE
                 created: false,
             };
         }
-        let fence = fence + 1;
+        let fence = next_fence(fence, clock_us);
         let attempt = run.attempt + 1;
         run.attempt = attempt;
         run.token = req.token;
@@ -190,7 +195,7 @@ pub(crate) fn claim(now: i64, req: &ClaimRequest<'_>, view: ClaimView) -> ClaimE
             r
         })
         .collect();
-    let fence = fence + 1;
+    let fence = next_fence(fence, clock_us);
     let reason = match req.kind {
         ClaimKind::Takeover => ClaimKind::Scheduled,
         kind => kind,

@@ -258,6 +258,12 @@ fn map_error(path: &str, e: rusqlite::Error) -> StoreError {
 /// wrapper, so the store's clock stays the machine's, as it is for a server's `TIME` or
 /// `clock_timestamp()`. Elsewhere, and should the call fail, it is [`SystemTime`].
 fn clock_ms() -> i64 {
+    clock_us().div_euclid(1_000)
+}
+
+/// The store's clock for SQLite in microseconds since the Unix epoch (see [`clock_ms`]): the
+/// floor of a new fence ([`next_fence`](crate::lease::next_fence)).
+fn clock_us() -> i64 {
     #[cfg(target_os = "linux")]
     {
         let mut now = libc::timespec {
@@ -277,17 +283,23 @@ fn clock_ms() -> i64 {
             // `time_t` and `c_long` are `i64` here, `i32` on 32-bit targets.
             #[allow(clippy::useless_conversion)]
             let (secs, nanos) = (i64::from(now.tv_sec), i64::from(now.tv_nsec));
-            return secs * 1_000 + nanos / 1_000_000;
+            return secs * 1_000_000 + nanos / 1_000;
         }
     }
-    system_clock_ms()
+    system_clock_us()
 }
 
 /// The process's own idea of the time, ms since the Unix epoch.
+#[cfg(test)]
 fn system_clock_ms() -> i64 {
+    system_clock_us().div_euclid(1_000)
+}
+
+/// The process's own idea of the time, µs since the Unix epoch.
+fn system_clock_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
@@ -382,7 +394,8 @@ fn claim_blocking(
     c: &OwnedClaim,
 ) -> Result<ClaimOutcome, rusqlite::Error> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let now = clock_ms();
+    let clock_us = clock_us();
+    let now = clock_us.div_euclid(1_000);
     let this = load(&tx, ns, &c.job, c.slot)?;
     let newest_slot: Option<i64> = tx
         .prepare_cached("SELECT max(slot) FROM baton_runs WHERE namespace = ?1 AND job = ?2")?
@@ -408,6 +421,7 @@ fn claim_blocking(
         newest_slot,
         running,
         fence: u64::try_from(fence).unwrap_or(0),
+        clock_us,
     };
     let request = c.request();
     let effects = model::claim(now, &request, view);

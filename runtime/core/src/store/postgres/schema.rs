@@ -21,6 +21,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "the scratch table of baton bench",
         include_str!("migrations/0003_bench_scratch.sql"),
     ),
+    (
+        "a new fence is at least the store's clock in microseconds",
+        include_str!("migrations/0004_fence_floor_is_the_clock.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

@@ -12,7 +12,18 @@ local overlap = ARGV[9]
 local late_limit = tonumber(ARGV[10])
 local retention = tonumber(ARGV[11])
 local history_size = tonumber(ARGV[12])
-local now = now_ms()
+local now, now_us = clock()
+
+-- The job's next fence: max(previous + 1, the store's clock in µs), so that a promoted replica
+-- (or a restarted Redis without persistence) that lost the last fences still hands out larger
+-- ones, as long as the servers' clocks agree to within the failover time (see
+-- baton::lease::next_fence). Written and returned as a string of digits.
+local function next_fence()
+  local previous = tonumber(redis.call('GET', KEYS[4]) or '0')
+  local fence = math.max(previous + 1, now_us)
+  redis.call('SET', KEYS[4], int(fence))
+  return int(fence)
+end
 
 local function newest_slot()
   local top = redis.call('ZREVRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -91,7 +102,7 @@ if run then
     save(slot_key, run)
     return cjson.encode({ o = 'interrupted' })
   end
-  local fence = redis.call('INCR', KEYS[4])
+  local fence = next_fence()
   run.attempt = run.attempt + 1
   run.token = token
   run.runner = runner
@@ -135,7 +146,7 @@ for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', int(now))) do
     end
   end
 end
-local fence = redis.call('INCR', KEYS[4])
+local fence = next_fence()
 local reason = kind
 if reason == 'takeover' then
   reason = 'scheduled'

@@ -3,11 +3,21 @@
 -- KEYS[2] slots (sorted set of every slot with state, by slot), KEYS[3] running (sorted set of
 -- the runs whose status is running, by lease end: the live leases are those scored after now),
 -- KEYS[4] fence (the job's fence counter).
+--
+-- Fences are written as strings of digits, in the counter and in the records: cjson encodes a
+-- number with 14 significant digits, and a fence (the clock in µs) has 16.
 
--- The store's clock: TIME on the server, in ms.
-local function now_ms()
+-- The store's clock: TIME on the server, in ms, and in µs (exact in a Lua number until 2255).
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local secs, micros = tonumber(t[1]), tonumber(t[2])
+  return secs * 1000 + math.floor(micros / 1000), secs * 1000000 + micros
+end
+
+-- The store's clock in ms.
+local function now_ms()
+  local ms = clock()
+  return ms
 end
 
 -- A whole number as a decimal string, for keys and scores.

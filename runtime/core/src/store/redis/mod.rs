@@ -11,7 +11,7 @@
 //!   the trim;
 //! - `{ns:job}:running`: a sorted set of the runs whose status is running, scored by lease end,
 //!   so the overlap check (is any lease alive after now?) is logarithmic;
-//! - `{ns:job}:fence`: the job's fence counter.
+//! - `{ns:job}:fence`: the job's fence counter (see [`next_fence`](crate::lease::next_fence)).
 //!
 //! Beside them, `{ns}:jobs` is the set of the namespace's job names, added to once per job and
 //! process after a won claim.
@@ -20,10 +20,24 @@
 //! `valkeys://` alike; a cluster is `redis+cluster://host:port,host:port,…` (also
 //! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes. Any of
 //! them may end in `?timeout=DURATION`: how long each operation waits for the server's answer
-//! ([`RESPONSE_TIMEOUT`], 5 s, unless given).
+//! ([`RESPONSE_TIMEOUT`], 5 s, unless given), and `?replicas=auto|N`: how many replicas must
+//! acknowledge a claim, a finish or a release ([`Replicas`], `auto` unless given).
+//!
+//! Durable answers. Redis and Valkey replicate asynchronously: a primary that dies takes with
+//! it whatever it answered but had not yet sent to its replica, and the promoted replica goes on
+//! without it. So, with replicas, every claim, finish and release is followed by
+//! `WAIT numreplicas timeout` in the same pipeline, on the same connection (on a cluster the
+//! pipeline goes to the node of the job's hash tag, which ran the script): one request, one
+//! round trip, answered once the replicas hold the write or the wait ([`ACK_TIMEOUT`]) is over.
+//! A won claim, a finish or a release that too few replicas acknowledged is
+//! [`StoreError::NotAcknowledged`]. `WAIT` narrows the window in which a failover loses an
+//! answer; it does not make Redis consistent: a replica that acknowledged can still lose the
+//! write if it dies too, and a failover that promotes a replica that did not acknowledge (one
+//! that was not counted) still loses it. Heartbeats are not waited for: a lost renewal leaves
+//! the lease end of the one before, which the next renewal on the new primary moves on.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,24 +64,107 @@ pub const RESPONSE_TIMEOUT: Duration = super::DEFAULT_TIMEOUT;
 /// The oldest Redis this store runs on: 6.2.
 pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
+/// The store URL's query parameter that sets how many replicas must acknowledge a claim, a
+/// finish or a release before the store answers it: `?replicas=auto` (the default) or
+/// `?replicas=N`; see [`Replicas`].
+pub const REPLICAS_PARAMETER: &str = "replicas";
+
+/// The most replicas `?replicas=N` may name: 16.
+pub const MAX_REPLICAS: u32 = 16;
+
+/// How long a claim, a finish or a release waits for its replicas' acknowledgement (`WAIT`'s
+/// timeout): 1 s, or half the response timeout when that is shorter, so that the answer always
+/// comes before the client gives up on it.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often `?replicas=auto` reads again how many replicas the primary has: every 5 s.
+pub const REPLICAS_REFRESH: Duration = Duration::from_secs(5);
+
+/// How many replicas must acknowledge a claim, a finish or a release (`WAIT numreplicas`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Replicas {
+    /// As many as the primary reports connected (`connected_slaves` of `INFO replication`; on a
+    /// cluster, the fewest any primary has), read when the store opens, every
+    /// [`REPLICAS_REFRESH`], and after a write that was not acknowledged: safe on a server with
+    /// replicas, free on one without (no `WAIT` is sent while the count is 0). The default.
+    #[default]
+    Auto,
+    /// Exactly this many; `0` sends no `WAIT` at all. A count the primary cannot reach makes
+    /// every claim [`StoreError::NotAcknowledged`].
+    Count(u32),
+}
+
+/// Takes `?replicas=auto|N` off a store URL: returns the URL without it and the setting,
+/// [`Replicas::Auto`] when the URL gives none. Fails with [`StoreError::InvalidUrl`] naming the
+/// parameter for any other value, or a count over [`MAX_REPLICAS`].
+pub fn take_replicas(url: &str) -> Result<(String, Replicas), StoreError> {
+    let invalid = |reason: String| StoreError::InvalidUrl {
+        url: super::redact(url),
+        reason,
+    };
+    let (rest, value) = super::take_parameter(url, REPLICAS_PARAMETER).map_err(invalid)?;
+    let replicas = match value.as_deref() {
+        None | Some("auto") => Replicas::Auto,
+        Some(n) => match n.parse::<u32>() {
+            Ok(n) if n <= MAX_REPLICAS => Replicas::Count(n),
+            _ => {
+                return Err(invalid(format!(
+                    "the {REPLICAS_PARAMETER} parameter {n:?} is neither auto nor a count from 0 \
+                     to {MAX_REPLICAS}"
+                )))
+            }
+        },
+    };
+    Ok((rest, replicas))
+}
+
 const COMMON: &str = include_str!("common.lua");
 
-/// The four scripts, each with the shared helpers in front.
+/// A script and its text: the text is sent with `EVAL` when a pipeline's `EVALSHA` finds the
+/// script not loaded.
+struct Lua {
+    script: Script,
+    code: String,
+}
+
+impl Lua {
+    fn new(body: &str) -> Self {
+        let code = format!("{COMMON}\n{body}");
+        Lua {
+            script: Script::new(&code),
+            code,
+        }
+    }
+}
+
+/// The scripts, each with the shared helpers in front.
 struct Scripts {
-    claim: Script,
-    heartbeat: Script,
-    finish: Script,
+    claim: Lua,
+    heartbeat: Lua,
+    finish: Lua,
 }
 
 impl Scripts {
     fn new() -> Self {
-        let with_common = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
         Scripts {
-            claim: with_common(include_str!("claim.lua")),
-            heartbeat: with_common(include_str!("heartbeat.lua")),
-            finish: with_common(include_str!("finish.lua")),
+            claim: Lua::new(include_str!("claim.lua")),
+            heartbeat: Lua::new(include_str!("heartbeat.lua")),
+            finish: Lua::new(include_str!("finish.lua")),
         }
     }
+}
+
+/// What the store waits for after a write: the setting, and the count of replicas it asks
+/// `WAIT` for now.
+struct Durability {
+    setting: Replicas,
+    /// The replicas to wait for: the count given, or the last reading of `auto`.
+    required: AtomicU32,
+    /// `WAIT`'s timeout.
+    timeout: Duration,
+    /// Wakes the `auto` reading early: a write was not acknowledged, perhaps because the
+    /// primary lost its replicas (a promoted replica has none).
+    recount: tokio::sync::Notify,
 }
 
 /// A connection to one server or to a cluster; both reconnect by themselves.
@@ -131,6 +228,8 @@ pub struct RedisStore {
     scripts: Arc<Scripts>,
     /// The jobs this client has added to `{ns}:jobs` already.
     registered: Mutex<HashSet<String>>,
+    /// How many replicas must acknowledge a write.
+    durability: Arc<Durability>,
 }
 
 /// Opens a Redis or Valkey store from a `redis://`, `rediss://`, `valkey://` or `valkeys://`
@@ -187,6 +286,7 @@ impl RedisStore {
     /// Opens the store; see [`open`].
     pub async fn open(url: &str, namespace: &str) -> Result<Self, StoreError> {
         let (url, response_timeout) = super::take_timeout(url, RESPONSE_TIMEOUT)?;
+        let (url, replicas) = take_replicas(&url)?;
         let url = url.as_str();
         let seeds = cluster_seeds(url)?;
         let place = match &seeds {
@@ -248,15 +348,66 @@ impl RedisStore {
             place,
             scripts: Arc::new(Scripts::new()),
             registered: Mutex::new(HashSet::new()),
+            durability: Arc::new(Durability {
+                setting: replicas,
+                required: AtomicU32::new(match replicas {
+                    Replicas::Auto => 0,
+                    Replicas::Count(n) => n,
+                }),
+                timeout: ACK_TIMEOUT.min(response_timeout / 2),
+                recount: tokio::sync::Notify::new(),
+            }),
         };
-        tokio::time::timeout(CONNECT_TIMEOUT, store.check_server())
+        let checks = async {
+            store.check_server().await?;
+            if store.durability.setting == Replicas::Auto {
+                let count = replica_count(&mut store.counted())
+                    .await
+                    .map_err(|e| connect_error(&store.place, e))?;
+                store.durability.required.store(count, Ordering::Relaxed);
+            }
+            Ok::<(), StoreError>(())
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, checks)
             .await
             .map_err(|_| StoreError::Unreachable {
                 store: store.place.clone(),
                 source: format!("no answer within {CONNECT_TIMEOUT:?} (the connect timeout)")
                     .into(),
             })??;
+        if store.durability.setting == Replicas::Auto {
+            store.watch_replicas();
+        }
         Ok(store)
+    }
+
+    /// How many replicas a claim, a finish or a release waits for now.
+    pub fn replicas_required(&self) -> u32 {
+        self.durability.required.load(Ordering::Relaxed)
+    }
+
+    /// Reads the primary's replica count every [`REPLICAS_REFRESH`] for `?replicas=auto`, and
+    /// at once after a write was not acknowledged, until the store is dropped. A failed reading
+    /// keeps the last one.
+    fn watch_replicas(&self) {
+        let durability = Arc::downgrade(&self.durability);
+        let mut connection = self.counted();
+        tokio::spawn(async move {
+            loop {
+                let Some(woken) = durability.upgrade() else {
+                    return;
+                };
+                let _ = tokio::time::timeout(REPLICAS_REFRESH, woken.recount.notified()).await;
+                drop(woken);
+                let Some(durability) = durability.upgrade() else {
+                    return;
+                };
+                match replica_count(&mut connection).await {
+                    Ok(count) => durability.required.store(count, Ordering::Relaxed),
+                    Err(e) => tracing::debug!(error = %e, "cannot read the replica count"),
+                }
+            }
+        });
     }
 
     /// Refuses a server older than Redis 6.2 (Valkey reports a Redis version too).
@@ -331,11 +482,11 @@ impl RedisStore {
     async fn script<T: for<'de> Deserialize<'de>>(
         &self,
         mut on: Counted,
-        script: &Script,
+        lua: &Lua,
         job: &str,
         args: &[String],
     ) -> Result<T, StoreError> {
-        let mut invocation = script.prepare_invoke();
+        let mut invocation = lua.script.prepare_invoke();
         for key in self.keys(job) {
             invocation.key(key);
         }
@@ -346,7 +497,78 @@ impl RedisStore {
             .invoke_async(&mut on)
             .await
             .map_err(|e| self.error(e))?;
-        serde_json::from_str(&answer).map_err(|e| StoreError::Malformed {
+        self.parse(job, &answer)
+    }
+
+    /// Runs a script that writes, followed by `WAIT` for the required replicas in the same
+    /// pipeline (one round trip), when any are required; returns its answer parsed and how many
+    /// replicas acknowledged (`None` when none were asked for).
+    async fn durable_script<T: for<'de> Deserialize<'de>>(
+        &self,
+        mut on: Counted,
+        lua: &Lua,
+        job: &str,
+        args: &[String],
+    ) -> Result<(T, Option<u32>), StoreError> {
+        let required = self.replicas_required();
+        if required == 0 {
+            return Ok((self.script(on, lua, job, args).await?, None));
+        }
+        let timeout_ms = u64::try_from(self.durability.timeout.as_millis()).unwrap_or(u64::MAX);
+        let pipeline = |by_hash: bool| {
+            let mut pipe = redis::pipe();
+            let eval = if by_hash {
+                pipe.cmd("EVALSHA").arg(lua.script.get_hash())
+            } else {
+                pipe.cmd("EVAL").arg(&lua.code)
+            };
+            eval.arg(4).arg(&self.keys(job)[..]).arg(args);
+            pipe.cmd("WAIT").arg(required).arg(timeout_ms);
+            pipe
+        };
+        let answered: Result<(String, u32), RedisError> = match pipeline(true)
+            .query_async(&mut on)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                pipeline(false).query_async(&mut on).await
+            }
+            other => other,
+        };
+        let (answer, acknowledged) = answered.map_err(|e| self.error(e))?;
+        Ok((self.parse(job, &answer)?, Some(acknowledged)))
+    }
+
+    /// Fails with [`StoreError::NotAcknowledged`] when fewer replicas than required
+    /// acknowledged the `operation`.
+    fn check_acknowledged(
+        &self,
+        operation: &'static str,
+        acknowledged: Option<u32>,
+    ) -> Result<(), StoreError> {
+        let Some(acknowledged) = acknowledged else {
+            return Ok(());
+        };
+        let required = self.replicas_required();
+        if acknowledged >= required {
+            return Ok(());
+        }
+        self.durability.recount.notify_one();
+        Err(StoreError::NotAcknowledged {
+            store: self.place.clone(),
+            operation,
+            acknowledged,
+            required,
+            timeout: self.durability.timeout,
+        })
+    }
+
+    fn parse<T: for<'de> Deserialize<'de>>(
+        &self,
+        job: &str,
+        answer: &str,
+    ) -> Result<T, StoreError> {
+        serde_json::from_str(answer).map_err(|e| StoreError::Malformed {
             store: self.place.clone(),
             job: job.to_owned(),
             reason: format!("unexpected script answer {answer:?}: {e}"),
@@ -456,6 +678,27 @@ fn collect_text(value: &redis::Value, out: &mut Vec<String>) {
     }
 }
 
+/// How many replicas the primary reports connected (`connected_slaves` of `INFO
+/// replication`); on a cluster, whose `INFO` answers for every node, the fewest any primary
+/// has, so that `WAIT` never asks a primary for more replicas than it has.
+async fn replica_count(on: &mut Counted) -> Result<u32, RedisError> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("replication");
+    let info: redis::Value = cmd.query_async(on).await?;
+    let mut texts = Vec::new();
+    collect_text(&info, &mut texts);
+    Ok(texts
+        .iter()
+        .filter(|t| t.lines().any(|l| l.trim() == "role:master"))
+        .filter_map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("connected_slaves:"))
+                .and_then(|n| n.trim().parse::<u32>().ok())
+        })
+        .min()
+        .unwrap_or(0))
+}
+
 /// Refuses a Redis older than [`MIN_REDIS_VERSION`].
 fn check_version(place: &str, version: &str) -> Result<(), StoreError> {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
@@ -520,6 +763,7 @@ enum ClaimAnswer {
     Won {
         attempt: u32,
         token: Token,
+        #[serde(deserialize_with = "crate::lease::fence_from_json")]
         fence: u64,
         lease_end: i64,
     },
@@ -616,8 +860,8 @@ impl Store for RedisStore {
             millis(o.retention()).to_string(),
             o.history_size.to_string(),
         ];
-        let answer: ClaimAnswer = self
-            .script(self.counted(), &self.scripts.claim, request.job, &args)
+        let (answer, acknowledged): (ClaimAnswer, _) = self
+            .durable_script(self.counted(), &self.scripts.claim, request.job, &args)
             .await?;
         Ok(match answer {
             ClaimAnswer::Won {
@@ -626,6 +870,9 @@ impl Store for RedisStore {
                 fence,
                 lease_end,
             } => {
+                // A win the replicas do not hold could be lost with the primary, and the run
+                // won again by another runner: the job must not start on it.
+                self.check_acknowledged("claim", acknowledged)?;
                 self.register(request.job).await;
                 ClaimOutcome::Won(Lease {
                     attempt,
@@ -684,9 +931,12 @@ impl Store for RedisStore {
             token.to_string(),
             result.status().as_str().to_owned(),
         ];
-        let answer: TokenAnswer = self
-            .script(self.counted_leases(), &self.scripts.finish, job, &args)
+        let (answer, acknowledged): (TokenAnswer, _) = self
+            .durable_script(self.counted_leases(), &self.scripts.finish, job, &args)
             .await?;
+        // Checked whatever the answer: a finish sent again after it was not acknowledged is
+        // refused with the run's state, and must still wait for the first one to be held.
+        self.check_acknowledged("finish", acknowledged)?;
         Ok(answer.into())
     }
 
@@ -697,9 +947,10 @@ impl Store for RedisStore {
         token: Token,
     ) -> Result<TokenOutcome, StoreError> {
         let args = [slot.to_string(), token.to_string(), "release".to_owned()];
-        let answer: TokenAnswer = self
-            .script(self.counted_leases(), &self.scripts.finish, job, &args)
+        let (answer, acknowledged): (TokenAnswer, _) = self
+            .durable_script(self.counted_leases(), &self.scripts.finish, job, &args)
             .await?;
+        self.check_acknowledged("release", acknowledged)?;
         Ok(answer.into())
     }
 
@@ -841,6 +1092,33 @@ mod tests {
         );
         assert_eq!(cluster_seeds("redis://a:1").unwrap(), None);
         assert!(cluster_seeds("valkey+cluster://").is_err());
+    }
+
+    #[test]
+    fn replicas_parameter_is_auto_by_default_a_count_or_an_invalid_url() {
+        assert_eq!(
+            take_replicas("redis://h:1").unwrap(),
+            ("redis://h:1".to_owned(), Replicas::Auto)
+        );
+        assert_eq!(
+            take_replicas("redis://h:1?replicas=auto&timeout=1s").unwrap(),
+            ("redis://h:1?timeout=1s".to_owned(), Replicas::Auto)
+        );
+        assert_eq!(
+            take_replicas("redis://h:1?replicas=0").unwrap().1,
+            Replicas::Count(0)
+        );
+        assert_eq!(
+            take_replicas("redis://h:1?replicas=2").unwrap().1,
+            Replicas::Count(2)
+        );
+        for bad in ["replicas=all", "replicas=-1", "replicas=17", "replicas"] {
+            let err = take_replicas(&format!("redis://:pw@h:1?{bad}")).unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, StoreError::InvalidUrl { .. }), "{msg}");
+            assert!(msg.contains("replicas parameter"), "{msg}");
+            assert!(!msg.contains("pw@"), "{msg}");
+        }
     }
 
     #[test]
