@@ -42,7 +42,9 @@ sudo_if_needed() {
 
 # pip as the machine has it; under pyenv, its shims learn the new commands (pyenv rehash).
 pip_install() {
-  if command -v pip >/dev/null 2>&1; then pip install --quiet "$@"; else python3 -m pip install --quiet "$@"; fi
+  local pip=(python3 -m pip)
+  command -v pip >/dev/null 2>&1 && pip=(pip)
+  "${pip[@]}" install --quiet --root-user-action=ignore "$@"
   if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 }
 
@@ -53,7 +55,14 @@ apt_install() {
     apt_updated=true
   fi
   say "installing $* (apt-get)"
-  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  local log
+  log="$(mktemp)"
+  if ! sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "tests/run.sh: apt-get install $* failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
 }
 
 # Redis on 127.0.0.1:6379.
