@@ -60,6 +60,10 @@ const LATE_LIMIT_MS: i64 = 10_000;
 /// stall began (within 1 s) is still claimed past [`LATE_LIMIT_MS`].
 const STALL: Duration = Duration::from_millis(12_000);
 const WAIT: Duration = Duration::from_secs(20);
+/// How many lines a runner may log that a store outage began, for the one outage of the
+/// store-restart scenario: 3 (the restarted server may cut a connection again as it comes
+/// back; a line per failed call would be dozens).
+const MAX_OUTAGE_LINES: usize = 3;
 /// How long every runner stays down: several slots of a job due every second.
 const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
@@ -185,14 +189,43 @@ impl Scenario {
                 c.start_store();
                 next_success(&c).await;
                 next_success(&c).await;
-                note = match backend {
+                let how = match backend {
                     Backend::Sqlite => "file locked by another connection",
                     Backend::Postgres => {
                         "server stopped (immediate), restarted on its port with its WAL"
                     }
                     _ => "server killed, restarted on its port with its AOF",
+                };
+                // A runner logs one line when an outage begins and one when it ends, not one
+                // per failed call (a call is retried every 100 ms: a line per retry would be
+                // dozens). A restarted server may cut a connection once more as it comes back.
+                let events = c.events();
+                let lines = |runner: &str, what: &str| {
+                    events
+                        .iter()
+                        .filter(|e| e.runner == runner && e.kind.starts_with(what))
+                        .count()
+                };
+                let mut began = Vec::new();
+                for runner in ["r1", "r2", "r3"] {
+                    let n = lines(runner, "store out of reach");
+                    began.push(n);
+                    if n > MAX_OUTAGE_LINES {
+                        extra.push(Violation {
+                            rule: "one log line per store outage",
+                            detail: format!(
+                                "{runner} logged {n} lines that an outage began, for one outage"
+                            ),
+                        });
+                    }
                 }
-                .into();
+                let ended: usize = ["r1", "r2", "r3"]
+                    .iter()
+                    .map(|r| lines(r, "store reachable again"))
+                    .sum();
+                note = format!(
+                    "{how}; outages logged per runner: {began:?} began, {ended} ended in all"
+                );
             }
             Scenario::Partition => {
                 c.start(3).await;
