@@ -232,7 +232,8 @@ pub trait Store: Send + Sync + 'static {
     /// How many requests this client has sent to the store since it was opened, counting
     /// every one whose answer it waited for: one per round trip. A retry, a script sent again
     /// after `NOSCRIPT`, or the registration of a job's name each count. On Redis and Valkey
-    /// each command (or pipeline) sent on the connection counts; on PostgreSQL each statement
+    /// each command (or pipeline) sent on the connection counts, but not the replica count that
+    /// `?replicas=auto` reads every 5 s beside the operations; on PostgreSQL each statement
     /// executed; on SQLite, which has no server, each transaction or statement on the file.
     fn round_trips(&self) -> u64;
 }

@@ -391,7 +391,12 @@ impl RedisStore {
     /// keeps the last one.
     fn watch_replicas(&self) {
         let durability = Arc::downgrade(&self.durability);
-        let mut connection = self.counted();
+        // Upkeep, not an operation: its readings are not in `round_trips`, which counts what
+        // the store's operations send.
+        let mut connection = Counted {
+            connection: self.connection.clone(),
+            sent: Arc::new(AtomicU64::new(0)),
+        };
         tokio::spawn(async move {
             loop {
                 let Some(woken) = durability.upgrade() else {
