@@ -326,6 +326,11 @@ fn check_accepts_a_good_directory_and_names_what_is_wrong_in_a_bad_one() {
     let out = baton(&["check", &wasm], &[]);
     ok(&out);
     assert!(out.stdout.contains("ok (sha256:"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(", world baton:job@0.2.0)"),
+        "{}",
+        out.stdout
+    );
 
     std::fs::write(
         Path::new(&jobs).join("typo.toml"),
