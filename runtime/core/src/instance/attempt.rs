@@ -94,6 +94,14 @@ async fn run(
         fence: lease.fence,
         signal: signal.clone(),
         deadline: deadline.clone(),
+        state: Some(crate::state::StateHandle::new(
+            inner.store.clone(),
+            name,
+            slot,
+            lease.token,
+            signal.clone(),
+            deadline.clone(),
+        )),
     };
     inner.emit(
         EventKind::Started,
