@@ -147,6 +147,12 @@ async fn run(
                 fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
                 return Afterwards::Watch;
             }
+            // The store refused one of the attempt's state writes: it is no longer the current
+            // attempt of a live run, so it is lost, whatever its handler returned.
+            if signal.reason() == Some(AbortReason::Lost) {
+                fence(inner, name, slot, &lease, &signal, AbortReason::Lost);
+                return Afterwards::Watch;
+            }
             settle(inner, job, slot, &lease, &signal, &deadline, result).await
         }
         End::Lost => {
