@@ -11,6 +11,7 @@ use baton_tests::process::{baton, BatonProcess, Output};
 use serde_json::Value;
 
 mod errors;
+mod state;
 
 /// A jobs directory with the `hello` guest as job `name`, run every second.
 fn jobs_dir(dir: &Path, name: &str) -> String {

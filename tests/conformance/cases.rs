@@ -12,6 +12,9 @@ use baton_core::lease::{
 use baton_core::store::Store;
 use baton_tests::{store_now, unique, wait_past, Fixture};
 
+/// The job state's cases, `state_*`.
+pub use crate::state::*;
+
 /// Lease options for tests: a 300 ms lease, 50 ms heartbeat, the spec's other defaults.
 fn opts() -> LeaseOptions {
     LeaseOptions::with_lease(Duration::from_millis(300))

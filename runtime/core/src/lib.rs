@@ -16,4 +16,5 @@ pub mod lease;
 pub mod metrics;
 pub mod report;
 pub mod schedule;
+pub mod state;
 pub mod store;

@@ -13,6 +13,7 @@ mod config;
 mod next;
 mod run;
 mod runs;
+mod state;
 
 /// Baton: a distributed cron runtime for WebAssembly components.
 ///
@@ -59,6 +60,9 @@ enum Command {
     History(runs::HistoryArgs),
     /// Show the latest run of every job in the store, or the runs running now.
     Runs(runs::RunsArgs),
+    /// Show a job's state: its keys with the slot, attempt and fence that wrote each, or one
+    /// key's value; `--delete KEY` deletes a key.
+    State(state::StateArgs),
     /// Measure this store: claim, heartbeat and finish against the store's raw primitive at 1,
     /// 8 and 64 clients, round trips per run, the Wasm per-run overhead against a native
     /// process, the zombie stop, takeover and hand-over; `baton bench scale` for several hosts.
@@ -95,6 +99,10 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Runs(args) => {
             plain();
             runs::runs(args).await
+        }
+        Command::State(args) => {
+            plain();
+            state::state(args).await
         }
         Command::Bench(args) => {
             // Warnings only: an event line per run would be part of the load measured, and

@@ -25,6 +25,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a new fence is at least the store's clock in microseconds",
         include_str!("migrations/0004_fence_floor_is_the_clock.sql"),
     ),
+    (
+        "each job's state, every write fenced by the writer's lease",
+        include_str!("migrations/0005_job_state.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
