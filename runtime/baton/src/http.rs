@@ -90,11 +90,7 @@ async fn answer(mut socket: TcpStream, metrics: &Metrics, status: &dyn Status) {
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or(target);
     let (code, kind, body) = match (method, path) {
-        ("GET", "/metrics") => (
-            200,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
-        ),
+        ("GET", "/metrics") => (200, baton_core::metrics::CONTENT_TYPE, metrics.render()),
         ("GET", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET", "/readyz") => match status.ready().await {
             Ok(()) => (200, "text/plain", "ready\n".to_owned()),

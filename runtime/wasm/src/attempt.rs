@@ -72,7 +72,7 @@ impl StopCause {
             AbortReason::Lost => Some(StopCause::Lost),
             AbortReason::Fenced => Some(StopCause::Fenced),
             AbortReason::StopTimeout => Some(StopCause::StopTimeout),
-            AbortReason::Stopping => None,
+            AbortReason::Stopping | AbortReason::Paused => None,
         }
     }
 }
@@ -237,6 +237,8 @@ fn claim_reason(kind: ClaimKind) -> ClaimReason {
         ClaimKind::Scheduled => ClaimReason::Scheduled,
         ClaimKind::CatchUp => ClaimReason::CatchUp,
         ClaimKind::Takeover => ClaimReason::Takeover,
+        // The 0.1.0 world has no `manual`: a manual run is a scheduled one to its guests.
+        ClaimKind::Manual => ClaimReason::Scheduled,
     }
 }
 

@@ -138,7 +138,12 @@ fn read(path: &Path) -> anyhow::Result<FileConfig> {
 
 /// This host's name and process id.
 fn default_runner() -> String {
-    let host = std::env::var("HOSTNAME")
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+/// This machine's name: `$HOSTNAME`, else the kernel's, else `baton`.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
@@ -148,6 +153,5 @@ fn default_runner() -> String {
                 .map(|h| h.trim().to_owned())
                 .filter(|h| !h.is_empty())
         })
-        .unwrap_or_else(|| "baton".to_owned());
-    format!("{host}-{}", std::process::id())
+        .unwrap_or_else(|| "baton".to_owned())
 }

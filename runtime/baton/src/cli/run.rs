@@ -75,6 +75,9 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("opening store {redacted}"))?,
     );
+    instance
+        .watch_operations(baton_core::operate::OPERATIONS_POLL)
+        .context("starting the watch of operators' actions")?;
     let metrics = instance.metrics();
     let host = WasmHost::new(HostConfig {
         trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),

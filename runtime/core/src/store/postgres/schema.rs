@@ -25,6 +25,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a new fence is at least the store's clock in microseconds",
         include_str!("migrations/0004_fence_floor_is_the_clock.sql"),
     ),
+    (
+        "pause, resume and trigger: a paused job's claim answers paused",
+        include_str!("migrations/0005_pause_and_trigger.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
