@@ -455,6 +455,11 @@ impl Instance {
         removed
     }
 
+    /// The current version of one of the instance's jobs.
+    pub fn job(&self, name: &str) -> Option<Job> {
+        lock(&self.inner.jobs).get(name).map(|job| Job::clone(job))
+    }
+
     /// The names of the instance's jobs, sorted.
     pub fn job_names(&self) -> Vec<String> {
         let mut names: Vec<String> = lock(&self.inner.jobs).keys().cloned().collect();
