@@ -268,10 +268,11 @@ struct OperateBody {
     stop: bool,
 }
 
-/// Checks the bearer token: 403 when none is configured, 401 when the request's does not match.
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Response> {
+/// Checks the bearer token: the refusal, 403 when none is configured, 401 when the request's
+/// does not match; `None` when it matches.
+fn refusal(app: &App, headers: &HeaderMap) -> Option<Response> {
     let Some(expected) = &app.token else {
-        return Err(error(
+        return Some(error(
             StatusCode::FORBIDDEN,
             "pause, resume and trigger are off: start baton run with --http-token or BATON_HTTP_TOKEN",
         ));
@@ -282,9 +283,9 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Response> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
     if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-        Ok(())
+        None
     } else {
-        Err(error(
+        Some(error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong token: send Authorization: Bearer TOKEN (the --http-token of baton run)",
         ))
@@ -298,7 +299,7 @@ async fn api_operate(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refused) = authorize(&app, &headers) {
+    if let Some(refused) = refusal(&app, &headers) {
         return refused;
     }
     let body: OperateBody = if body.is_empty() {
