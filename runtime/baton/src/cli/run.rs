@@ -123,7 +123,7 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
         tracing::info!(
             http = %bound,
             token = args.http_token.is_some(),
-            "serving the dashboard (/), /api/jobs, /metrics, /healthz, /readyz and /runs"
+            "serving /metrics, /healthz, /readyz, /runs, the dashboard (/) and /api/jobs"
         );
     }
 
