@@ -13,6 +13,8 @@ use baton_core::operate::Action;
 use baton_core::store::{self, Store};
 use baton_tests::process::{baton, BatonProcess, Output};
 use baton_tests::unique;
+
+mod dashboard;
 use serde_json::Value;
 
 /// A job running the `hello` guest, every second or on a yearly schedule.
