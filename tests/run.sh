@@ -17,6 +17,7 @@
 # - Node.js and npm (Debian's), for the JavaScript job, whose pinned packages guests/js/build.sh
 #   installs on first use;
 # - faketime (Debian's), for the fault tests' runners with a clock hours off;
+# - Chromium and its WebDriver (Debian's chromium and chromium-driver), for the dashboard test;
 # - the Rust target wasm32-wasip2, for the guest components.
 # Debian packages are installed with apt-get (as root, or through sudo).
 set -euo pipefail
@@ -120,6 +121,11 @@ fi
 # faketime (Debian's libfaketime) for the fault tests' runners with a clock hours off.
 if ! command -v faketime >/dev/null 2>&1; then
   apt_install faketime
+fi
+
+# Chromium and chromedriver (Debian's) for the dashboard test in a real headless browser.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  apt_install chromium chromium-driver
 fi
 
 # The wasm target for the guest components.

@@ -212,7 +212,11 @@ fn run_logs_json_events_and_history_reads_them_back() {
 /// One HTTP GET against a running host; returns the status line and the body.
 fn get(addr: &str, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).expect("connect to the http endpoint");
-    write!(s, "GET {path} HTTP/1.1\r\nhost: baton\r\n\r\n").expect("send");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: baton\r\nconnection: close\r\n\r\n"
+    )
+    .expect("send");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read");
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

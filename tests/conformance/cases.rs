@@ -12,15 +12,17 @@ use baton_core::lease::{
 use baton_core::store::Store;
 use baton_tests::{store_now, unique, wait_past, Fixture};
 
+/// The cases of pause, resume and trigger, in a file of their own.
+pub use crate::operate::*;
 /// The job state's cases, `state_*`.
 pub use crate::state::*;
 
 /// Lease options for tests: a 300 ms lease, 50 ms heartbeat, the spec's other defaults.
-fn opts() -> LeaseOptions {
+pub(crate) fn opts() -> LeaseOptions {
     LeaseOptions::with_lease(Duration::from_millis(300))
 }
 
-async fn claim_as(
+pub(crate) async fn claim_as(
     store: &dyn Store,
     job: &str,
     slot: i64,
@@ -57,7 +59,7 @@ async fn takeover(store: &dyn Store, job: &str, slot: i64, runner: &str) -> Clai
         .0
 }
 
-fn won(outcome: ClaimOutcome) -> Lease {
+pub(crate) fn won(outcome: ClaimOutcome) -> Lease {
     match outcome {
         ClaimOutcome::Won(lease) => lease,
         other => panic!("expected the claim to win, got {other:?}"),
@@ -65,11 +67,11 @@ fn won(outcome: ClaimOutcome) -> Lease {
 }
 
 /// A job of its own and a slot one second ago by the store's clock.
-async fn job_and_slot(f: &Fixture) -> (String, i64) {
+pub(crate) async fn job_and_slot(f: &Fixture) -> (String, i64) {
     (unique("job"), store_now(&*f.store).await - 1_000)
 }
 
-async fn run_of(store: &dyn Store, job: &str, slot: i64) -> baton_core::lease::Run {
+pub(crate) async fn run_of(store: &dyn Store, job: &str, slot: i64) -> baton_core::lease::Run {
     store
         .get(job, slot)
         .await

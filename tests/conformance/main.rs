@@ -2,6 +2,7 @@
 //! `<backend>::<case>` (`cargo test --test conformance sqlite::` runs one backend).
 
 mod cases;
+mod operate;
 mod postgres_only;
 mod redis_only;
 mod sqlite_files;
@@ -68,6 +69,17 @@ macro_rules! conformance_suite {
             state_limits_refuse_long_keys_large_values_and_one_key_too_many,
             state_write_costs_one_round_trip_and_a_read_one,
             state_remove_by_an_operator_and_forget_job_delete_the_state,
+            paused_job_claims_answer_paused_on_every_node_and_start_nothing,
+            paused_job_is_not_taken_over_but_its_running_attempt_finishes,
+            paused_claim_sent_again_with_its_token_keeps_the_win_it_had,
+            paused_trigger_is_refused_with_the_pause_in_force,
+            paused_jobs_are_listed_with_who_when_and_why_until_resumed,
+            paused_racing_claims_never_start_an_attempt_after_the_pause,
+            manual_trigger_is_a_slot_at_the_stores_clock_in_the_record,
+            manual_claims_of_a_trigger_have_one_winner_with_reason_manual,
+            manual_claim_is_an_overlap_while_a_scheduled_run_holds_a_live_lease,
+            manual_run_whose_runner_dies_is_taken_over_as_attempt_two,
+            manual_claim_later_than_max_late_plus_tolerance_is_late,
         );)*
     };
     (@backend $backend:ident, $fixture:path, $($case:ident),* $(,)?) => {

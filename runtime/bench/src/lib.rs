@@ -29,6 +29,7 @@ use baton_core::instance::InstanceError;
 use baton_core::lease::{
     ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, Token, TokenOutcome,
 };
+use baton_core::operate::{OperateOutcome, Operation, Operator, Request};
 use baton_core::store::{Store, StoreError};
 
 pub mod failover;
@@ -357,6 +358,31 @@ impl Store for Tally {
 
     fn round_trips(&self) -> u64 {
         self.inner.round_trips()
+    }
+
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: &Operator,
+    ) -> Result<OperateOutcome, StoreError> {
+        bump(&self.counters.other);
+        self.inner.operate(job, request, by).await
+    }
+
+    async fn paused(&self) -> Result<Vec<Operation>, StoreError> {
+        bump(&self.counters.other);
+        self.inner.paused().await
+    }
+
+    async fn operations(
+        &self,
+        job: Option<&str>,
+        since: i64,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError> {
+        bump(&self.counters.other);
+        self.inner.operations(job, since, limit).await
     }
 }
 

@@ -158,15 +158,19 @@ pub enum ClaimKind {
     CatchUp,
     /// A backup checks a run it watches, and takes it over if its lease ran out.
     Takeover,
+    /// An operator asked for a run now (`baton trigger`): the slot is the store's clock at the
+    /// trigger, and the claim follows every rule a scheduled claim does.
+    Manual,
 }
 
 impl ClaimKind {
-    /// The kind's name as stored and printed: `scheduled`, `catch-up`, `takeover`.
+    /// The kind's name as stored and printed: `scheduled`, `catch-up`, `takeover`, `manual`.
     pub fn as_str(self) -> &'static str {
         match self {
             ClaimKind::Scheduled => "scheduled",
             ClaimKind::CatchUp => "catch-up",
             ClaimKind::Takeover => "takeover",
+            ClaimKind::Manual => "manual",
         }
     }
 }
@@ -185,6 +189,7 @@ impl FromStr for ClaimKind {
             "scheduled" => ClaimKind::Scheduled,
             "catch-up" => ClaimKind::CatchUp,
             "takeover" => ClaimKind::Takeover,
+            "manual" => ClaimKind::Manual,
             _ => return Err(UnknownName::new("claim kind", s)),
         })
     }
@@ -396,6 +401,9 @@ pub enum ClaimOutcome {
     /// The run's lease had run out and it cannot have another attempt (attempts used up, or a
     /// newer run of the job exists): this claim marked it interrupted.
     Interrupted,
+    /// The job is paused (`baton pause`): no attempt of it starts, on any node, until it is
+    /// resumed. Read in the claim's own atomic step, so a pause never races a claim.
+    Paused,
 }
 
 /// What the store says of a run when it refuses a token.
@@ -589,7 +597,9 @@ impl LeaseOptions {
     pub fn lateness_limit(&self, kind: ClaimKind) -> Duration {
         match kind {
             ClaimKind::CatchUp => self.catch_up + LATE_TOLERANCE,
-            ClaimKind::Scheduled | ClaimKind::Takeover => self.max_late + LATE_TOLERANCE,
+            ClaimKind::Scheduled | ClaimKind::Takeover | ClaimKind::Manual => {
+                self.max_late + LATE_TOLERANCE
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod duration;
 pub mod instance;
 pub mod lease;
 pub mod metrics;
+pub mod operate;
 pub mod report;
 pub mod schedule;
 pub mod state;

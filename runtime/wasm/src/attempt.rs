@@ -71,7 +71,7 @@ impl StopCause {
             AbortReason::Lost => Some(StopCause::Lost),
             AbortReason::Fenced => Some(StopCause::Fenced),
             AbortReason::StopTimeout => Some(StopCause::StopTimeout),
-            AbortReason::Stopping => None,
+            AbortReason::Stopping | AbortReason::Paused => None,
         }
     }
 }

@@ -19,6 +19,13 @@ pub struct JobsArgs {
     /// The jobs directory. [default: ./jobs]
     #[arg(long, env = "BATON_JOBS", default_value = DEFAULT_JOBS, hide_default_value = true)]
     jobs: PathBuf,
+    /// Also show, from this store, which jobs are paused, since when, by whom and why.
+    /// [default: none: the directory only]
+    #[arg(long)]
+    store: Option<String>,
+    /// The namespace in `--store`.
+    #[arg(long, env = "BATON_NAMESPACE", default_value = baton_core::store::DEFAULT_NAMESPACE)]
+    namespace: String,
 }
 
 /// The options of `baton check`.
@@ -75,7 +82,16 @@ fn job_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Lists each job of the directory, valid or not, with its schedule, zone and next slots.
-pub fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
+    let paused = match &args.store {
+        Some(url) => {
+            let store = baton_core::store::open(url, &args.namespace)
+                .await
+                .with_context(|| format!("opening store {}", baton_core::store::redact(url)))?;
+            store.paused().await.context("listing the paused jobs")?
+        }
+        None => Vec::new(),
+    };
     let files = job_files(&args.jobs)?;
     if files.is_empty() {
         println!(
@@ -96,6 +112,9 @@ pub fn jobs(args: JobsArgs) -> anyhow::Result<()> {
                     "{name}: valid; schedule {:?} in {zone}; component {digest}",
                     spec.schedule.expr()
                 );
+                if let Some(pause) = paused.iter().find(|p| p.job == name) {
+                    println!("  {}", super::operate::describe(pause));
+                }
                 for slot in spec.schedule.upcoming(now, SHOWN_SLOTS) {
                     println!("  next {}", format_in(slot, zone));
                 }

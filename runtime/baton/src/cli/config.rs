@@ -11,7 +11,8 @@
 //! runner = "api-2"                 # Defaults to HOSTNAME-PID
 //! namespace = "baton"              # Defaults to baton
 //! stop_timeout = "30s"             # Defaults to 30 s
-//! http = "127.0.0.1:9464"          # Defaults to off
+//! http = "127.0.0.1:9464"          # Defaults to off; a bare port is on 127.0.0.1
+//! http_token = "…"                 # Defaults to none: the API's pause, resume, trigger refused
 //! log_format = "json"              # Defaults to pretty
 //! cache_dir = "/var/cache/baton"   # Defaults to $XDG_CACHE_HOME/baton or ~/.cache/baton; "off"
 //! ```
@@ -42,6 +43,7 @@ struct FileConfig {
     namespace: Option<String>,
     stop_timeout: Option<String>,
     http: Option<String>,
+    http_token: Option<String>,
     log_format: Option<LogFormat>,
     cache_dir: Option<PathBuf>,
 }
@@ -61,6 +63,9 @@ pub struct Settings {
     pub stop_timeout: Duration,
     /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/runs`, if anywhere.
     pub http: Option<String>,
+    /// The bearer token the HTTP API's pause, resume and trigger need; without one they are
+    /// refused.
+    pub http_token: Option<String>,
     /// How log lines look.
     pub log_format: LogFormat,
     /// Where compiled components are kept across restarts; `None` when off.
@@ -106,10 +111,25 @@ impl Settings {
                 .or(file.namespace)
                 .unwrap_or_else(|| baton_core::store::DEFAULT_NAMESPACE.to_owned()),
             stop_timeout,
-            http: args.http.or(file.http),
+            http: args.http.or(file.http).map(|a| loopback_unless_told(&a)),
+            http_token: args
+                .http_token
+                .or(file.http_token)
+                .filter(|t| !t.is_empty()),
             log_format: log_format.or(file.log_format).unwrap_or_default(),
             cache_dir: cache_dir(args.cache_dir.or(file.cache_dir)),
         })
+    }
+}
+
+/// An HTTP address without a host (`9464` or `:9464`) is on the loopback interface:
+/// `127.0.0.1:9464`. Any other address is taken as given.
+fn loopback_unless_told(addr: &str) -> String {
+    let port = addr.strip_prefix(':').unwrap_or(addr);
+    if port.parse::<u16>().is_ok() {
+        format!("127.0.0.1:{port}")
+    } else {
+        addr.to_owned()
     }
 }
 
@@ -129,7 +149,7 @@ fn read(path: &Path) -> anyhow::Result<FileConfig> {
         Ok(file) => Ok(file),
         Err(e) => bail!(
             "config file {}: {}; the keys are jobs, store, runner, namespace, stop_timeout, \
-             http, log_format and cache_dir",
+             http, http_token, log_format and cache_dir",
             path.display(),
             e.to_string().trim_end()
         ),
@@ -138,7 +158,12 @@ fn read(path: &Path) -> anyhow::Result<FileConfig> {
 
 /// This host's name and process id.
 fn default_runner() -> String {
-    let host = std::env::var("HOSTNAME")
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+/// This machine's name: `$HOSTNAME`, else the kernel's, else `baton`.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
@@ -148,6 +173,5 @@ fn default_runner() -> String {
                 .map(|h| h.trim().to_owned())
                 .filter(|h| !h.is_empty())
         })
-        .unwrap_or_else(|| "baton".to_owned());
-    format!("{host}-{}", std::process::id())
+        .unwrap_or_else(|| "baton".to_owned())
 }

@@ -11,6 +11,7 @@ mod bench;
 mod check;
 mod config;
 mod next;
+mod operate;
 mod run;
 mod runs;
 mod state;
@@ -63,6 +64,13 @@ enum Command {
     /// Show a job's state: its keys with the slot, attempt and fence that wrote each, or one
     /// key's value; `--delete KEY` deletes a key.
     State(state::StateArgs),
+    /// Pause a job (or `--all`) on every node: its claims answer paused until it is resumed.
+    Pause(operate::PauseArgs),
+    /// Resume a paused job (or `--all`): its next slot runs by the schedule; slots missed while
+    /// it was paused are not caught up.
+    Resume(operate::ResumeArgs),
+    /// Run a job now: a manual run at the store's current time, which exactly one node runs.
+    Trigger(operate::TriggerArgs),
     /// Measure this store: claim, heartbeat and finish against the store's raw primitive at 1,
     /// 8 and 64 clients, round trips per run, the Wasm per-run overhead against a native
     /// process, the zombie stop, takeover and hand-over; `baton bench scale` for several hosts.
@@ -82,7 +90,7 @@ pub async fn main() -> anyhow::Result<()> {
         }
         Command::Jobs(args) => {
             plain();
-            check::jobs(args)
+            check::jobs(args).await
         }
         Command::Check(args) => {
             plain();
@@ -103,6 +111,18 @@ pub async fn main() -> anyhow::Result<()> {
         Command::State(args) => {
             plain();
             state::state(args).await
+        }
+        Command::Pause(args) => {
+            plain();
+            operate::pause(args).await
+        }
+        Command::Resume(args) => {
+            plain();
+            operate::resume(args).await
+        }
+        Command::Trigger(args) => {
+            plain();
+            operate::trigger(args).await
         }
         Command::Bench(args) => {
             // Warnings only: an event line per run would be part of the load measured, and

@@ -7,7 +7,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use super::config::Settings;
+use crate::http::{JobView, RunningView};
 use baton_core::instance::{Instance, InstanceConfig};
+use baton_core::lease::Run;
+use baton_core::operate::{OperateOutcome, Operator, Request};
+use baton_core::schedule::format_utc;
 use baton_wasm::jobs::directory::{Change, JobsDirectory, POLL_EVERY};
 use baton_wasm::{HostConfig, WasmHost};
 
@@ -38,10 +42,15 @@ pub struct RunArgs {
     /// handed over, e.g. 30s, 500ms, 2m. [default: 30s]
     #[arg(long, env = "BATON_STOP_TIMEOUT", value_parser = parse_duration)]
     pub stop_timeout: Option<Duration>,
-    /// Serve /metrics (Prometheus), /healthz, /readyz and /runs on this address, e.g.
-    /// 127.0.0.1:9464. [default: off]
+    /// Serve the dashboard (/), the JSON API (/api/jobs), /metrics (OpenMetrics), /healthz,
+    /// /readyz and /runs on this address, e.g. 127.0.0.1:9464; a bare port (9464) is on
+    /// 127.0.0.1. [default: off]
     #[arg(long, env = "BATON_HTTP")]
     pub http: Option<String>,
+    /// The bearer token the HTTP API's pause, resume and trigger need (`Authorization: Bearer
+    /// TOKEN`); without one configured they are refused (403). [default: none]
+    #[arg(long, env = "BATON_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
     /// Keep compiled components here, so a restart does not compile them again; `off` for
     /// none. [default: $XDG_CACHE_HOME/baton, or ~/.cache/baton]
     #[arg(long, env = "BATON_CACHE_DIR")]
@@ -75,6 +84,9 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("opening store {redacted}"))?,
     );
+    instance
+        .watch_operations(baton_core::operate::OPERATIONS_POLL)
+        .context("starting the watch of operators' actions")?;
     let metrics = instance.metrics();
     let host = WasmHost::new(HostConfig {
         trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),
@@ -106,8 +118,13 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
         let status = Arc::new(HostStatus {
             instance: instance.clone(),
         });
-        let bound = crate::http::serve(addr, instance.metrics(), status).await?;
-        tracing::info!(http = %bound, "serving /metrics, /healthz, /readyz and /runs");
+        let bound =
+            crate::http::serve(addr, instance.metrics(), status, args.http_token.clone()).await?;
+        tracing::info!(
+            http = %bound,
+            token = args.http_token.is_some(),
+            "serving /metrics, /healthz, /readyz, /runs, the dashboard (/) and /api/jobs"
+        );
     }
 
     signals.next().await;
@@ -153,6 +170,59 @@ impl crate::http::Status for HostStatus {
             }
         }
         Ok(serde_json::Value::Array(runs))
+    }
+
+    async fn jobs(&self) -> Result<Vec<JobView>, String> {
+        let store = self.instance.store();
+        let paused = store.paused().await.map_err(|e| e.to_string())?;
+        let now = store.now().await.map_err(|e| e.to_string())?;
+        let mut views = Vec::new();
+        for name in self.instance.job_names() {
+            let Some(job) = self.instance.job(&name) else {
+                continue;
+            };
+            let last = store.history(&name, 1).await.map_err(|e| e.to_string())?;
+            let unfinished = store.unfinished(&name).await.map_err(|e| e.to_string())?;
+            views.push(JobView {
+                schedule: job.schedule.expr().to_owned(),
+                zone: job.schedule.time_zone().to_string(),
+                next_slot: job.schedule.next_after(now).map(format_utc),
+                paused: paused.iter().find(|p| p.job == name).cloned(),
+                last_run: last.first().map(baton_core::report::run_json),
+                running: unfinished
+                    .iter()
+                    .map(|run| RunningView {
+                        slot: format_utc(run.slot),
+                        runner: run.runner.clone(),
+                        attempt: run.attempt,
+                        lease_remaining_ms: (run.lease_end - now).max(0),
+                    })
+                    .collect(),
+                name,
+            });
+        }
+        Ok(views)
+    }
+
+    async fn job_runs(&self, job: &str, limit: usize) -> Result<Option<Vec<Run>>, String> {
+        if self.instance.job(job).is_none() {
+            return Ok(None);
+        }
+        let runs = self.instance.store().history(job, limit).await;
+        runs.map(Some).map_err(|e| e.to_string())
+    }
+
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: Operator,
+    ) -> Result<Option<OperateOutcome>, String> {
+        if self.instance.job(job).is_none() {
+            return Ok(None);
+        }
+        let outcome = self.instance.store().operate(job, request, &by).await;
+        outcome.map(Some).map_err(|e| e.to_string())
     }
 }
 

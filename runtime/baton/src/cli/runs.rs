@@ -62,7 +62,11 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<()> {
         .history(&args.job, args.limit)
         .await
         .with_context(|| format!("reading the history of job {:?}", args.job))?;
-    if runs.is_empty() && !store.jobs().await?.contains(&args.job) {
+    let operations = store
+        .operations(Some(&args.job), 0, args.limit)
+        .await
+        .with_context(|| format!("reading the operations on job {:?}", args.job))?;
+    if runs.is_empty() && operations.is_empty() && !store.jobs().await?.contains(&args.job) {
         anyhow::bail!(
             "the store has no runs of job {:?} in namespace {:?}; `baton runs` lists the jobs it has",
             args.job,
@@ -70,6 +74,12 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<()> {
         );
     }
     args.store.print(&runs);
+    if !args.store.json && !operations.is_empty() {
+        println!("\noperations, newest first:");
+        for op in &operations {
+            println!("  {}", super::operate::describe(op));
+        }
+    }
     Ok(())
 }
 
@@ -96,5 +106,10 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<()> {
     }
     runs.retain(|r| !args.running || r.status == Status::Running);
     args.store.print(&runs);
+    if !args.store.json {
+        for pause in store.paused().await.context("listing the paused jobs")? {
+            println!("{}", super::operate::describe(&pause));
+        }
+    }
     Ok(())
 }

@@ -16,9 +16,9 @@ pub enum EventKind {
     Success,
     /// The attempt finished with failed (reason: the handler's message).
     Failed,
-    /// A slot was not run (reason: `overlap`, `superseded`, or `not-acknowledged`: the claim
-    /// won, but the store's replicas did not acknowledge it in time, so the job did not start
-    /// and the claim was released).
+    /// A slot was not run (reason: `overlap`, `superseded`, `paused` (the job is paused), or
+    /// `not-acknowledged`: the claim won, but the store's replicas did not acknowledge it in
+    /// time, so the job did not start and the claim was released).
     Skip,
     /// The store called the claim late.
     Late,
@@ -33,6 +33,14 @@ pub enum EventKind {
     Released,
     /// A run was marked interrupted by this instance's claim.
     Interrupted,
+    /// An operator paused the job (`baton pause`; slot: when, on the store's clock; reason:
+    /// who, from where, and why). Every node that runs the job emits it when it sees it.
+    Paused,
+    /// An operator resumed the job (slot: when; reason: who, from where, and why).
+    Resumed,
+    /// An operator asked for a run now (slot: the manual run's slot; reason: who, from where,
+    /// and why). The run's own events follow, with reason `manual`.
+    Triggered,
 }
 
 impl EventKind {
@@ -50,6 +58,9 @@ impl EventKind {
             EventKind::Lost => "lost",
             EventKind::Released => "released",
             EventKind::Interrupted => "interrupted",
+            EventKind::Paused => "paused",
+            EventKind::Resumed => "resumed",
+            EventKind::Triggered => "triggered",
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum AbortReason {
     Stopping,
     /// The stop timeout passed while the handler still ran.
     StopTimeout,
+    /// An operator paused the job with `--stop`: a handler that stops now is recorded as
+    /// failed, not handed over.
+    Paused,
 }
 
 impl AbortReason {
@@ -34,6 +37,7 @@ impl AbortReason {
             AbortReason::Fenced => "self-fenced",
             AbortReason::Stopping => "stopping",
             AbortReason::StopTimeout => "stop-timeout",
+            AbortReason::Paused => "paused",
         }
     }
 
@@ -43,6 +47,7 @@ impl AbortReason {
             AbortReason::Fenced => 2,
             AbortReason::Stopping => 3,
             AbortReason::StopTimeout => 4,
+            AbortReason::Paused => 5,
         }
     }
 
@@ -52,6 +57,7 @@ impl AbortReason {
             2 => AbortReason::Fenced,
             3 => AbortReason::Stopping,
             4 => AbortReason::StopTimeout,
+            5 => AbortReason::Paused,
             _ => return None,
         })
     }

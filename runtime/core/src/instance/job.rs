@@ -218,6 +218,9 @@ pub(super) async fn claim_and_handle(
         ClaimOutcome::Finished { status } => {
             tracing::debug!(job = %name, slot, %status, "the run has ended");
         }
+        // No attempt starts, and a run another node holds is not watched: its runner goes on
+        // to its end, and a dead one is not taken over while the job is paused.
+        ClaimOutcome::Paused => inner.emit(EventKind::Skip, name, slot, None, "paused"),
     }
 }
 

@@ -20,6 +20,7 @@ mod attempt;
 mod events;
 mod handler;
 mod job;
+mod operations;
 
 pub use events::{Event, EventKind};
 pub use handler::{handler_fn, AbortReason, Handler, LeaseDeadline, RunContext, Signal};
@@ -449,8 +450,14 @@ impl Instance {
     pub fn remove_job(&self, name: &str) -> bool {
         let removed = lock(&self.inner.jobs).remove(name).is_some();
         lock(&self.inner.newest_started).remove(name);
+        self.inner.metrics.forget_job(name);
         self.inner.retired.notify_waiters();
         removed
+    }
+
+    /// The current version of one of the instance's jobs.
+    pub fn job(&self, name: &str) -> Option<Job> {
+        lock(&self.inner.jobs).get(name).map(|job| Job::clone(job))
     }
 
     /// The names of the instance's jobs, sorted.
@@ -464,6 +471,21 @@ impl Instance {
     /// heartbeat latency, …), for `/metrics`. A Wasm host adds its guest traps to the same.
     pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
         self.inner.metrics.clone()
+    }
+
+    /// Starts reading the store's record of operations every `every` (the binary's default is
+    /// [`OPERATIONS_POLL`](crate::operate::OPERATIONS_POLL), 1 s): from then on this instance
+    /// claims the runs an operator triggers (`baton trigger`) within `every` plus a store round
+    /// trip, emits `paused`, `resumed` and `triggered` for its jobs, and tells the attempts of
+    /// a job paused with `--stop` to stop. Off until called, so an instance that only runs its
+    /// schedule sends nothing more; a pause holds either way, since the claim reads it.
+    pub fn watch_operations(&self, every: Duration) -> Result<(), InstanceError> {
+        let engine = lock(&self.engine);
+        let Some(engine) = engine.as_ref() else {
+            return Err(InstanceError::Stopped);
+        };
+        engine.spawn(operations::watch(self.inner.clone(), every));
+        Ok(())
     }
 
     /// The store this instance claims in.

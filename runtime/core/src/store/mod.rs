@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use crate::lease::{
     ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, Token, TokenOutcome,
 };
+use crate::operate::{OperateOutcome, Operation, Operator, Request};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 pub(crate) mod model;
@@ -263,6 +264,34 @@ pub trait Store: Send + Sync + 'static {
     /// `?replicas=auto` reads every 5 s beside the operations; on PostgreSQL each statement
     /// executed; on SQLite, which has no server, each transaction or statement on the file.
     fn round_trips(&self) -> u64;
+
+    // Operating a cluster (see `crate::operate`).
+
+    /// Pauses, resumes or triggers a job, at the store's clock, and records who asked. A pause
+    /// sets the flag every claim of the job reads in its atomic step (pausing a paused job
+    /// records the new pause); a resume clears it; a trigger of a paused job is refused with
+    /// [`OperateOutcome::Paused`], otherwise it records a manual run due at the store's clock,
+    /// which the instances then claim. The store does not know which jobs exist: the caller
+    /// checks the name.
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: &Operator,
+    ) -> Result<OperateOutcome, StoreError>;
+
+    /// The pauses in force in this namespace, one per paused job, sorted by job.
+    async fn paused(&self) -> Result<Vec<Operation>, StoreError>;
+
+    /// The operations recorded at or after `since` (store clock, ms), of one job or (`None`)
+    /// of every job in the namespace, newest first, at most `limit`. The store keeps the newest
+    /// [`OPERATIONS_KEPT`](crate::operate::OPERATIONS_KEPT) of a namespace.
+    async fn operations(
+        &self,
+        job: Option<&str>,
+        since: i64,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError>;
 }
 
 /// The store URL's query parameter that sets how long one operation waits for the store before

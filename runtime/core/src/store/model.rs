@@ -27,6 +27,8 @@ pub(crate) struct ClaimView {
     /// The store's clock in microseconds, read with `now`: the floor of a new fence (see
     /// [`next_fence`]).
     pub clock_us: i64,
+    /// Whether the job is paused (`baton pause`).
+    pub paused: bool,
 }
 
 /// What a claim decided: its outcome and the records to write.
@@ -91,6 +93,17 @@ fn new_attempt(
     }
 }
 
+/// The answer to the same claim sent again (its answer was lost): it won already, if the run's
+/// live attempt has its token.
+fn won_again(run: &Run, now: i64, token: Token) -> Option<ClaimOutcome> {
+    (run.is_alive(now) && run.token == token).then_some(ClaimOutcome::Won(Lease {
+        attempt: run.attempt,
+        token: run.token,
+        fence: run.fence,
+        lease_end: run.lease_end,
+    }))
+}
+
 /// The claim algorithm of the store contract, steps 1 and 2 (step 3, the trim, is the store's,
 /// when `created` is set).
 pub(crate) fn claim(now: i64, req: &ClaimRequest<'_>, view: ClaimView) -> ClaimEffects {
@@ -101,24 +114,26 @@ pub(crate) fn claim(now: i64, req: &ClaimRequest<'_>, view: ClaimView) -> ClaimE
         running,
         fence,
         clock_us,
+        paused,
     } = view;
+
+    // A paused job starts no attempt: only the same claim sent again gets its win back (it
+    // won before the pause).
+    if paused {
+        let outcome = this
+            .as_ref()
+            .and_then(|run| won_again(run, now, req.token))
+            .unwrap_or(ClaimOutcome::Paused);
+        return ClaimEffects::answer(outcome, fence);
+    }
 
     // Step 1: the slot has state.
     if let Some(mut run) = this {
         if run.status.is_finished() {
             return ClaimEffects::answer(ClaimOutcome::Finished { status: run.status }, fence);
         }
-        if run.is_alive(now) && run.token == req.token {
-            // The same claim sent again (its answer was lost): it won already.
-            return ClaimEffects::answer(
-                ClaimOutcome::Won(Lease {
-                    attempt: run.attempt,
-                    token: run.token,
-                    fence: run.fence,
-                    lease_end: run.lease_end,
-                }),
-                fence,
-            );
+        if let Some(won) = won_again(&run, now, req.token) {
+            return ClaimEffects::answer(won, fence);
         }
         if run.is_alive(now) {
             return ClaimEffects::answer(

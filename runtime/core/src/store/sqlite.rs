@@ -19,6 +19,7 @@ use crate::lease::{
     ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, LeaseOptions, Run, Token,
     TokenOutcome,
 };
+use crate::operate::{self, OperateOutcome, Operation, Operator, Request};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite, Writer};
 
 /// How long a call waits for another process's write lock before it fails, unless the URL's
@@ -62,6 +63,21 @@ const MIGRATIONS: &[&str] = &[
         written_at INTEGER NOT NULL,
         PRIMARY KEY (namespace, job, key)
     );",
+    // 4: pauses in force and the record of operations (pause, resume, trigger).
+    "CREATE TABLE baton_paused (
+        namespace TEXT NOT NULL,
+        job TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (namespace, job)
+    );
+    CREATE TABLE baton_operations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        namespace TEXT NOT NULL,
+        job TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        record TEXT NOT NULL
+    );
+    CREATE INDEX baton_operations_by_time ON baton_operations (namespace, at);",
 ];
 
 /// The newest schema version this build knows.
@@ -429,12 +445,14 @@ fn claim_blocking(
         .query_row(params![ns, c.job], |r| r.get(0))
         .optional()?
         .unwrap_or(0);
+    let paused = load_pause(&tx, ns, &c.job)?.is_some();
     let view = model::ClaimView {
         this,
         newest_slot,
         running,
         fence: u64::try_from(fence).unwrap_or(0),
         clock_us,
+        paused,
     };
     let request = c.request();
     let effects = model::claim(now, &request, view);
@@ -466,6 +484,73 @@ fn claim_blocking(
     }
     tx.commit()?;
     Ok(effects.outcome)
+}
+
+fn decode_operation(record: String) -> Result<Operation, rusqlite::Error> {
+    serde_json::from_str(&record).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn encode_operation(op: &Operation) -> Result<String, rusqlite::Error> {
+    serde_json::to_string(op).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+}
+
+/// The pause in force on a job, if any.
+fn load_pause(
+    conn: &Connection,
+    ns: &str,
+    job: &str,
+) -> Result<Option<Operation>, rusqlite::Error> {
+    conn.prepare_cached("SELECT record FROM baton_paused WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, job], |r| r.get::<_, String>(0))
+        .optional()?
+        .map(decode_operation)
+        .transpose()
+}
+
+/// Pause, resume or trigger, and its record, in one transaction.
+fn operate_blocking(
+    conn: &mut Connection,
+    ns: &str,
+    job: &str,
+    request: Request,
+    by: &Operator,
+) -> Result<OperateOutcome, rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock_ms();
+    let pause = load_pause(&tx, ns, job)?;
+    if let (Request::Trigger, Some(pause)) = (request, pause) {
+        return Ok(OperateOutcome::Paused(pause));
+    }
+    let op = Operation::new(job, request, by, now);
+    let record = encode_operation(&op)?;
+    match request {
+        Request::Pause { .. } => {
+            tx.prepare_cached(
+                "INSERT INTO baton_paused (namespace, job, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (namespace, job) DO UPDATE SET record = excluded.record",
+            )?
+            .execute(params![ns, job, record])?;
+        }
+        Request::Resume => {
+            tx.prepare_cached("DELETE FROM baton_paused WHERE namespace = ?1 AND job = ?2")?
+                .execute(params![ns, job])?;
+        }
+        Request::Trigger => {}
+    }
+    tx.prepare_cached(
+        "INSERT INTO baton_operations (namespace, job, at, record) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![ns, job, now, record])?;
+    tx.prepare_cached(
+        "DELETE FROM baton_operations WHERE namespace = ?1 AND id <= (
+           SELECT id FROM baton_operations WHERE namespace = ?1
+           ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+    )?
+    .execute(params![ns, operate::OPERATIONS_KEPT as i64])?;
+    tx.commit()?;
+    Ok(OperateOutcome::Done(op))
 }
 
 /// Loads one run, applies `step` at the store's clock, writes what it returns, in one
@@ -611,6 +696,12 @@ impl Store for SqliteStore {
                 "DELETE FROM baton_state WHERE namespace = ?1 AND job = ?2",
                 params![ns, job],
             )?;
+            for table in ["baton_paused", "baton_operations"] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE namespace = ?1 AND job = ?2"),
+                    params![ns, job],
+                )?;
+            }
             tx.commit()
         })
         .await
@@ -687,6 +778,48 @@ impl Store for SqliteStore {
 
     fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: &Operator,
+    ) -> Result<OperateOutcome, StoreError> {
+        let (job, by) = (job.to_owned(), by.clone());
+        self.with_conn(move |conn, ns| operate_blocking(conn, ns, &job, request, &by))
+            .await
+    }
+
+    async fn paused(&self) -> Result<Vec<Operation>, StoreError> {
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT record FROM baton_paused WHERE namespace = ?1 ORDER BY job",
+            )?;
+            let rows = stmt.query_map(params![ns], |r| r.get::<_, String>(0))?;
+            rows.map(|r| r.and_then(decode_operation)).collect()
+        })
+        .await
+    }
+
+    async fn operations(
+        &self,
+        job: Option<&str>,
+        since: i64,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let job = job.map(str::to_owned);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT record FROM baton_operations
+                 WHERE namespace = ?1 AND (?2 IS NULL OR job = ?2) AND at >= ?3
+                 ORDER BY id DESC LIMIT ?4",
+            )?;
+            let rows = stmt.query_map(params![ns, job, since, limit], |r| r.get::<_, String>(0))?;
+            rows.map(|r| r.and_then(decode_operation)).collect()
+        })
+        .await
     }
 }
 

@@ -102,7 +102,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<AttemptState>) -> wasmtime::Resu
 /// Implements a version's `host` interface for [`AttemptState`], inside the module that holds
 /// that version's generated bindings: every version answers alike.
 macro_rules! impl_host {
-    () => {
+    // `$manual`: what the version calls a manual run (0.1.0 has no `manual`: it says `Scheduled`).
+    ($manual:ident) => {
         use self::baton::job::host::{ClaimReason, Host, Level, RunInfo};
         use super::AttemptInfo;
         use crate::attempt::AttemptState;
@@ -118,6 +119,7 @@ macro_rules! impl_host {
                         ClaimKind::Scheduled => ClaimReason::Scheduled,
                         ClaimKind::CatchUp => ClaimReason::CatchUp,
                         ClaimKind::Takeover => ClaimReason::Takeover,
+                        ClaimKind::Manual => ClaimReason::$manual,
                     },
                     runner: info.runner.clone(),
                     fence: info.fence,

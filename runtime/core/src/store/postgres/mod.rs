@@ -29,6 +29,7 @@ use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Overlap, Run, RunState,
     Status, Token, TokenOutcome,
 };
+use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 pub use schema::{MIN_SERVER_VERSION, SCHEMA_VERSION};
@@ -178,6 +179,9 @@ struct Queries {
     forget_job: String,
     raw_primitive: String,
     clear_raw_primitive: String,
+    operate: String,
+    paused: String,
+    operations: String,
 }
 
 impl Queries {
@@ -185,7 +189,7 @@ impl Queries {
         Queries {
             claim: format!(
                 "SELECT outcome, attempt_no, fence_no, lease_until, held_by, other_slot, \
-                 run_status FROM {schema}.baton_claim(\
+                 run_status FROM {schema}.baton_claim_unless_paused(\
                  $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             ),
             heartbeat: format!(
@@ -221,7 +225,10 @@ impl Queries {
             ),
             forget_job: format!(
                 "WITH gone AS (DELETE FROM {schema}.baton_runs WHERE namespace = $1 AND job = $2), \
-                 state AS (DELETE FROM {schema}.baton_state WHERE namespace = $1 AND job = $2) \
+                 state AS (DELETE FROM {schema}.baton_state WHERE namespace = $1 AND job = $2), \
+                 unpaused AS (DELETE FROM {schema}.baton_paused WHERE namespace = $1 AND job = $2), \
+                 unlogged AS (DELETE FROM {schema}.baton_operations \
+                              WHERE namespace = $1 AND job = $2) \
                  DELETE FROM {schema}.baton_jobs WHERE namespace = $1 AND job = $2"
             ),
             raw_primitive: format!(
@@ -231,6 +238,17 @@ impl Queries {
             clear_raw_primitive: format!(
                 "DELETE FROM {schema}.baton_bench_scratch \
                  WHERE namespace = $1 AND starts_with(key, $2)"
+            ),
+            operate: format!(
+                "SELECT outcome, record FROM {schema}.baton_operate($1, $2, $3, $4, $5, $6, $7, $8)"
+            ),
+            paused: format!(
+                "SELECT record::text FROM {schema}.baton_paused WHERE namespace = $1 ORDER BY job"
+            ),
+            operations: format!(
+                "SELECT record::text FROM {schema}.baton_operations \
+                 WHERE namespace = $1 AND ($2::text IS NULL OR job = $2) AND at >= $3 \
+                 ORDER BY id DESC LIMIT $4"
             ),
         }
     }
@@ -293,6 +311,11 @@ impl PostgresStore {
             job: job.to_owned(),
             reason: reason.into(),
         }
+    }
+
+    fn decode_operation(&self, job: &str, record: &str) -> Result<Operation, StoreError> {
+        serde_json::from_str(record)
+            .map_err(|e| self.malformed(job, format!("operation record: {e}")))
     }
 
     fn decode_run(&self, job: &str, record: &str) -> Result<Run, StoreError> {
@@ -383,6 +406,7 @@ impl PostgresStore {
                 status: self.status(job, &run_status.ok_or_else(|| missing("status"))?)?,
             },
             "interrupted" => ClaimOutcome::Interrupted,
+            "paused" => ClaimOutcome::Paused,
             other => return Err(self.malformed(job, format!("unknown claim answer {other:?}"))),
         })
     }
@@ -583,5 +607,71 @@ impl Store for PostgresStore {
 
     fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
+    }
+
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: &Operator,
+    ) -> Result<OperateOutcome, StoreError> {
+        let (action, stop) = (request.as_str(), request.stops());
+        let row = self
+            .bounded(
+                sqlx::query(&self.sql.operate)
+                    .bind(&self.namespace)
+                    .bind(job)
+                    .bind(action)
+                    .bind(&by.host)
+                    .bind(&by.user)
+                    .bind(by.reason.as_deref())
+                    .bind(stop)
+                    .bind(i32::try_from(OPERATIONS_KEPT).unwrap_or(i32::MAX))
+                    .fetch_one(&self.pool),
+            )
+            .await?;
+        let outcome: String = row.try_get("outcome").map_err(|e| self.error(e))?;
+        let record: String = row.try_get("record").map_err(|e| self.error(e))?;
+        let op = self.decode_operation(job, &record)?;
+        Ok(match outcome.as_str() {
+            "paused" => OperateOutcome::Paused(op),
+            _ => OperateOutcome::Done(op),
+        })
+    }
+
+    async fn paused(&self) -> Result<Vec<Operation>, StoreError> {
+        let records: Vec<String> = self
+            .bounded(
+                sqlx::query_scalar(&self.sql.paused)
+                    .bind(&self.namespace)
+                    .fetch_all(&self.pool),
+            )
+            .await?;
+        records
+            .iter()
+            .map(|r| self.decode_operation("", r))
+            .collect()
+    }
+
+    async fn operations(
+        &self,
+        job: Option<&str>,
+        since: i64,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let records: Vec<String> = self
+            .bounded(
+                sqlx::query_scalar(&self.sql.operations)
+                    .bind(&self.namespace)
+                    .bind(job)
+                    .bind(since)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&self.pool),
+            )
+            .await?;
+        records
+            .iter()
+            .map(|r| self.decode_operation(job.unwrap_or_default(), r))
+            .collect()
     }
 }

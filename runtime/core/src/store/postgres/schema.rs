@@ -29,6 +29,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "each job's state, every write fenced by the writer's lease",
         include_str!("migrations/0005_job_state.sql"),
     ),
+    (
+        "pause, resume and trigger: a paused job's claim answers paused",
+        include_str!("migrations/0006_pause_and_trigger.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

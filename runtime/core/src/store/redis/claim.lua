@@ -73,8 +73,17 @@ local function trim()
   end
 end
 
--- Step 1: the slot has state.
+-- A paused job starts no attempt: only the same claim sent again gets its win back (it won
+-- before the pause).
 local run = load(slot_key)
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  if run and run.status == 'running' and run.lease_end > now and run.token == token then
+    return won(run)
+  end
+  return cjson.encode({ o = 'paused' })
+end
+
+-- Step 1: the slot has state.
 if run then
   if run.status ~= 'running' then
     return cjson.encode({ o = 'finished', status = run.status })

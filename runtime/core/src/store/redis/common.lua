@@ -2,7 +2,8 @@
 -- all under the hash tag {<namespace>:<job>}: KEYS[1] runs (hash slot -> run record as JSON),
 -- KEYS[2] slots (sorted set of every slot with state, by slot), KEYS[3] running (sorted set of
 -- the runs whose status is running, by lease end: the live leases are those scored after now),
--- KEYS[4] fence (the job's fence counter).
+-- KEYS[4] fence (the job's fence counter), KEYS[5] paused (the pause in force, as JSON; absent
+-- while the job is not paused).
 --
 -- Fences are written as strings of digits, in the counter and in the records: cjson encodes a
 -- number with 14 significant digits, and a fence (the clock in µs) has 16.

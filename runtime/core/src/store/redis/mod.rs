@@ -53,6 +53,7 @@ use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Run, RunState, Status,
     Token, TokenOutcome,
 };
+use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 /// How long opening a store waits for the server before it gives up: 5 s.
@@ -148,6 +149,7 @@ struct Scripts {
     finish: Lua,
     /// The fenced write of the job's state (`state.lua`).
     state: Script,
+    operate: Lua,
 }
 
 impl Scripts {
@@ -157,6 +159,7 @@ impl Scripts {
             heartbeat: Lua::new(include_str!("heartbeat.lua")),
             finish: Lua::new(include_str!("finish.lua")),
             state: state::script(),
+            operate: Lua::new(include_str!("operate.lua")),
         }
     }
 }
@@ -476,14 +479,24 @@ impl RedisStore {
     }
 
     /// The job's keys, in the order the scripts take them.
-    fn keys(&self, job: &str) -> [String; 4] {
+    fn keys(&self, job: &str) -> [String; 5] {
         let tag = format!("{{{}:{}}}", self.namespace, job);
         [
             format!("{tag}:runs"),
             format!("{tag}:slots"),
             format!("{tag}:running"),
             format!("{tag}:fence"),
+            format!("{tag}:paused"),
         ]
+    }
+
+    /// The namespace's pauses in force (a hash from job to the pause, kept beside each job's
+    /// own flag for listing them all) and its record of operations (a sorted set by time).
+    fn operation_keys(&self) -> (String, String) {
+        (
+            format!("{{{}}}:paused", self.namespace),
+            format!("{{{}}}:operations", self.namespace),
+        )
     }
 
     fn jobs_key(&self) -> String {
@@ -534,7 +547,8 @@ impl RedisStore {
             } else {
                 pipe.cmd("EVAL").arg(&lua.code)
             };
-            eval.arg(4).arg(&self.keys(job)[..]).arg(args);
+            let keys = self.keys(job);
+            eval.arg(keys.len()).arg(&keys[..]).arg(args);
             pipe.cmd("WAIT").arg(required).arg(timeout_ms);
             pipe
         };
@@ -633,6 +647,14 @@ impl RedisStore {
             .flatten()
             .map(|r| self.decode(job, &r))
             .collect()
+    }
+
+    fn decode_operation(&self, job: &str, record: &str) -> Result<Operation, StoreError> {
+        serde_json::from_str(record).map_err(|e| StoreError::Malformed {
+            store: self.place.clone(),
+            job: job.to_owned(),
+            reason: format!("operation record: {e}"),
+        })
     }
 
     fn decode(&self, job: &str, record: &str) -> Result<Run, StoreError> {
@@ -795,6 +817,15 @@ enum ClaimAnswer {
         status: Status,
     },
     Interrupted,
+    Paused,
+}
+
+/// What the operate script answers.
+#[derive(Deserialize)]
+#[serde(tag = "o", rename_all = "kebab-case")]
+enum OperateAnswer {
+    Done { op: Operation },
+    Paused { op: Operation },
 }
 
 /// The state the token scripts report with a refusal.
@@ -907,6 +938,7 @@ impl Store for RedisStore {
             ClaimAnswer::Superseded { newer_slot } => ClaimOutcome::Superseded { newer_slot },
             ClaimAnswer::Finished { status } => ClaimOutcome::Finished { status },
             ClaimAnswer::Interrupted => ClaimOutcome::Interrupted,
+            ClaimAnswer::Paused => ClaimOutcome::Paused,
         })
     }
 
@@ -1020,6 +1052,10 @@ impl Store for RedisStore {
         // Two keys slots apart on a cluster: two commands, the job's keys first.
         let () = c.del(keys).await.map_err(|e| self.error(e))?;
         let () = c.srem(jobs_key, job).await.map_err(|e| self.error(e))?;
+        let () = c
+            .hdel(self.operation_keys().0, job)
+            .await
+            .map_err(|e| self.error(e))?;
         self.registered
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1094,6 +1130,98 @@ impl Store for RedisStore {
 
     fn round_trips(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
+    }
+
+    async fn operate(
+        &self,
+        job: &str,
+        request: Request,
+        by: &Operator,
+    ) -> Result<OperateOutcome, StoreError> {
+        let (action, stop) = (request.as_str(), request.stops());
+        let args = [
+            job.to_owned(),
+            action.to_owned(),
+            by.host.clone(),
+            by.user.clone(),
+            by.reason.clone().unwrap_or_default(),
+            if stop { "1" } else { "0" }.to_owned(),
+        ];
+        let answer: OperateAnswer = self
+            .script(self.counted(), &self.scripts.operate, job, &args)
+            .await?;
+        let op = match answer {
+            OperateAnswer::Paused { op } => return Ok(OperateOutcome::Paused(op)),
+            OperateAnswer::Done { op } => op,
+        };
+        // The namespace's keys live apart from the job's on a cluster: a second request, after
+        // the job's own flag (which the claims read) is set.
+        let (paused_key, operations_key) = self.operation_keys();
+        let record = serde_json::to_string(&op).map_err(|e| StoreError::Backend {
+            store: self.place.clone(),
+            source: e.into(),
+        })?;
+        let mut pipe = redis::pipe();
+        match request {
+            Request::Pause { .. } => {
+                pipe.hset(&paused_key, job, &record).ignore();
+            }
+            Request::Resume => {
+                pipe.hdel(&paused_key, job).ignore();
+            }
+            Request::Trigger => {}
+        }
+        pipe.zadd(&operations_key, &record, op.at).ignore();
+        let kept = isize::try_from(OPERATIONS_KEPT).unwrap_or(isize::MAX);
+        pipe.zremrangebyrank(&operations_key, 0, -(kept + 1))
+            .ignore();
+        let () = pipe
+            .query_async(&mut self.counted())
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(OperateOutcome::Done(op))
+    }
+
+    async fn paused(&self) -> Result<Vec<Operation>, StoreError> {
+        let (paused_key, _) = self.operation_keys();
+        let records: Vec<(String, String)> = {
+            let mut c = self.counted();
+            c.hgetall(paused_key).await
+        }
+        .map_err(|e| self.error(e))?;
+        let mut paused = records
+            .iter()
+            .map(|(job, record)| self.decode_operation(job, record))
+            .collect::<Result<Vec<_>, _>>()?;
+        paused.sort_by(|a, b| a.job.cmp(&b.job));
+        Ok(paused)
+    }
+
+    async fn operations(
+        &self,
+        job: Option<&str>,
+        since: i64,
+        limit: usize,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let (_, operations_key) = self.operation_keys();
+        // Newest first; the operations of one job are filtered here (operators act rarely, and
+        // the record is capped).
+        let records: Vec<String> = {
+            let mut c = self.counted();
+            c.zrevrangebyscore(operations_key, "+inf", since).await
+        }
+        .map_err(|e| self.error(e))?;
+        let mut ops = Vec::new();
+        for record in &records {
+            let op = self.decode_operation(job.unwrap_or_default(), record)?;
+            if job.is_none_or(|j| j == op.job) {
+                ops.push(op);
+            }
+            if ops.len() >= limit {
+                break;
+            }
+        }
+        Ok(ops)
     }
 }
 
