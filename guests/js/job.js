@@ -5,7 +5,7 @@
 // Build it into a component with ./build.sh (componentize-js against wit/baton-job.wit). The
 // environment variable JOB_MODE (granted in the job's TOML) picks a behaviour for the tests:
 // "spin" works forever without ever asking signal-aborted(), so only the host can stop it.
-import { info, signalAborted, log } from 'baton:job/host@0.1.0';
+import { info, signalAborted, log } from 'baton:job/host@0.2.0';
 import { getEnvironment } from 'wasi:cli/environment@0.2.12';
 import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
 

@@ -78,6 +78,7 @@ fn bench_on_sqlite_reports_every_section() {
             "claim_won",
             "claim_running",
             "heartbeat",
+            "state_write",
             "finish",
         ] {
             let base = format!("/store_ops/{i}/{op}");
@@ -96,7 +97,13 @@ fn bench_on_sqlite_reports_every_section() {
                 "{op}: one request an operation"
             );
         }
-        for ratio in ["claim_won", "claim_running", "heartbeat", "finish"] {
+        for ratio in [
+            "claim_won",
+            "claim_running",
+            "heartbeat",
+            "state_write",
+            "finish",
+        ] {
             positive(&r, &format!("/store_ops/{i}/ratios/{ratio}"));
         }
     }

@@ -11,6 +11,7 @@ use baton_tests::process::{baton, BatonProcess, Output};
 use serde_json::Value;
 
 mod errors;
+mod state;
 
 /// A jobs directory with the `hello` guest as job `name`, run every second.
 fn jobs_dir(dir: &Path, name: &str) -> String {
@@ -330,6 +331,11 @@ fn check_accepts_a_good_directory_and_names_what_is_wrong_in_a_bad_one() {
     let out = baton(&["check", &wasm], &[]);
     ok(&out);
     assert!(out.stdout.contains("ok (sha256:"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(", world baton:job@0.2.0)"),
+        "{}",
+        out.stdout
+    );
 
     std::fs::write(
         Path::new(&jobs).join("typo.toml"),

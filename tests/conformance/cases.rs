@@ -14,6 +14,8 @@ use baton_tests::{store_now, unique, wait_past, Fixture};
 
 /// The cases of pause, resume and trigger, in a file of their own.
 pub use crate::operate::*;
+/// The job state's cases, `state_*`.
+pub use crate::state::*;
 
 /// Lease options for tests: a 300 ms lease, 50 ms heartbeat, the spec's other defaults.
 pub(crate) fn opts() -> LeaseOptions {

@@ -6,6 +6,7 @@ mod operate;
 mod postgres_only;
 mod redis_only;
 mod sqlite_files;
+mod state;
 
 /// Declares one module per backend with one test per case; every backend gets the same list.
 macro_rules! conformance_suite {
@@ -57,6 +58,17 @@ macro_rules! conformance_suite {
             a_run_costs_one_round_trip_per_claim_heartbeat_and_finish,
             raw_primitive_writes_a_new_key_once,
             forget_job_deletes_its_runs_and_name,
+            state_write_with_the_current_token_is_accepted_and_records_its_writer,
+            state_write_with_the_old_token_after_a_takeover_is_fenced_and_changes_nothing,
+            state_write_after_finish_or_release_is_fenced,
+            state_write_of_a_late_attempt_whose_lease_ran_out_is_fenced,
+            state_increments_from_sixteen_concurrent_attempts_sum_exactly,
+            state_increment_is_exact_for_sixty_four_bit_integers_and_refuses_other_values,
+            state_compare_and_swap_writes_only_over_the_expected_value,
+            state_of_one_job_or_namespace_is_invisible_to_another,
+            state_limits_refuse_long_keys_large_values_and_one_key_too_many,
+            state_write_costs_one_round_trip_and_a_read_one,
+            state_remove_by_an_operator_and_forget_job_delete_the_state,
             paused_job_claims_answer_paused_on_every_node_and_start_nothing,
             paused_job_is_not_taken_over_but_its_running_attempt_finishes,
             paused_claim_sent_again_with_its_token_keeps_the_win_it_had,

@@ -17,6 +17,7 @@ pub fn context(job: &str) -> RunContext {
         fence: 7,
         signal: Signal::new(),
         deadline: LeaseDeadline::new(Instant::now() + Duration::from_secs(3600)),
+        state: None,
     }
 }
 

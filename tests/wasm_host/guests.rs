@@ -38,6 +38,22 @@ async fn hello_logs_its_run_info_tagged_with_job_slot_and_attempt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_built_against_world_0_1_0_keeps_loading_and_running() {
+    let name = unique("hello-v1");
+    let old = job(env!("GUEST_HELLO_V1"), sandbox());
+    assert_eq!(old.component().world_version(), "0.1.0");
+    let current = job(env!("GUEST_HELLO"), sandbox());
+    assert_eq!(current.component().world_version(), "0.2.0");
+    let ctx = context(&name);
+    let slot = ctx.slot;
+    assert_eq!(run(&old, ctx, WITHIN).await, Ok(()));
+    let expected =
+        format!("hello from a 0.1.0 job: {name} slot {slot} attempt 1 (ClaimReason::Scheduled)");
+    let lines = lines_of(&name);
+    assert!(lines.iter().any(|l| l.message == expected), "{lines:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_loop_that_ignores_the_signal_is_interrupted_when_its_lease_is_lost() {
     let name = unique("busy");
     let busy = job(env!("GUEST_BUSY_LOOP"), sandbox());
@@ -285,7 +301,7 @@ async fn other_world_is_refused_at_load_naming_the_file_the_missing_export_and_t
     assert_eq!(
         message,
         format!(
-            "{}: does not implement the world baton:job/job@0.1.0: it exports `start` but not `run`; build it against wit/baton-job.wit (in Rust: `baton_guest::job!`)",
+            "{}: does not implement the world baton:job/job@0.2.0: it exports `start` but not `run`; build it against wit/baton-job.wit (in Rust: `baton_guest::job!`)",
             env!("GUEST_OTHER_WORLD")
         )
     );

@@ -323,6 +323,39 @@ impl Store for Tally {
         self.inner.clear_raw_primitive(prefix).await
     }
 
+    async fn state_get(
+        &self,
+        job: &str,
+        key: &str,
+    ) -> Result<Option<baton_core::state::StateEntry>, StoreError> {
+        bump(&self.counters.other);
+        self.inner.state_get(job, key).await
+    }
+
+    async fn state_keys(&self, job: &str) -> Result<Vec<baton_core::state::StateKey>, StoreError> {
+        bump(&self.counters.other);
+        self.inner.state_keys(job).await
+    }
+
+    async fn state_write(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        write: &baton_core::state::StateWrite<'_>,
+        limits: &baton_core::state::StateLimits,
+    ) -> Result<baton_core::state::StateOutcome, StoreError> {
+        bump(&self.counters.other);
+        self.inner
+            .state_write(job, slot, token, write, limits)
+            .await
+    }
+
+    async fn state_remove(&self, job: &str, key: &str) -> Result<bool, StoreError> {
+        bump(&self.counters.other);
+        self.inner.state_remove(job, key).await
+    }
+
     fn round_trips(&self) -> u64 {
         self.inner.round_trips()
     }

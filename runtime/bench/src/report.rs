@@ -48,7 +48,8 @@ pub struct Report {
     pub machine_after: Machine,
     /// How long the run took, s.
     pub duration_s: f64,
-    /// Claim, heartbeat and finish against the raw primitive, per number of clients.
+    /// Claim, heartbeat, state write and finish against the raw primitive, per number of
+    /// clients.
     pub store_ops: Vec<store_ops::ClientsRow>,
     /// Store round trips per successful run.
     pub round_trips: round_trips::RoundTrips,
@@ -172,6 +173,7 @@ impl Report {
                     row.ratios.claim_running,
                 ),
                 ("heartbeat", &row.heartbeat, row.ratios.heartbeat),
+                ("state write", &row.state_write, row.ratios.state_write),
                 ("finish", &row.finish, row.ratios.finish),
             ];
             for (name, f, r) in ops {

@@ -1,10 +1,10 @@
-//! Claim (won and running), heartbeat and finish, each next to the store's raw primitive
+//! Claim (won and running), heartbeat, a state write and finish, each next to the store's raw primitive
 //! ([`Store::raw_primitive`]) on the same client and connections, at several numbers of
 //! concurrent clients.
 //!
 //! For each number of clients the benchmark runs rounds of five phases, one operation kind a
 //! phase: raw primitive, claim of a new slot (won), the same claim by another runner
-//! (running), heartbeat, finish. Every client works on jobs of its own, so claims do not wait
+//! (running), heartbeat, a fenced state write (an increment with the attempt's token), finish. Every client works on jobs of its own, so claims do not wait
 //! for one another's rows, and each round claims the next slot of every job after the last
 //! round finished the previous one: the claim that wins is the everyday claim of a job's new
 //! slot, with the overlap check finding nothing alive. Round 0 warms up (prepared statements,
@@ -20,6 +20,7 @@ use super::{claim_request, ratio, BenchError, Stats};
 use baton_core::lease::{
     ClaimOutcome, Finish, HeartbeatOutcome, LeaseOptions, Token, TokenOutcome,
 };
+use baton_core::state::{StateLimits, StateOutcome, StateWrite, Written};
 use baton_core::store::Store;
 
 /// How the store operations are measured.
@@ -69,6 +70,9 @@ pub struct ClientsRow {
     pub claim_running: OpFigures,
     /// A heartbeat that renews.
     pub heartbeat: OpFigures,
+    /// A fenced state write that is accepted: an increment of one key with the current
+    /// attempt's token (see [`Store::state_write`]).
+    pub state_write: OpFigures,
     /// A finish that is accepted.
     pub finish: OpFigures,
     /// Median latency of each operation over the raw primitive's, measured in the same run.
@@ -84,6 +88,8 @@ pub struct Ratios {
     pub claim_running: f64,
     /// Heartbeat / raw primitive.
     pub heartbeat: f64,
+    /// State write / raw primitive.
+    pub state_write: f64,
     /// Finish / raw primitive.
     pub finish: f64,
     /// Claim (won) p99 / raw primitive p99.
@@ -96,14 +102,16 @@ enum Phase {
     Won,
     Running,
     Heartbeat,
+    StateWrite,
     Finish,
 }
 
-const PHASES: [Phase; 5] = [
+const PHASES: [Phase; 6] = [
     Phase::Raw,
     Phase::Won,
     Phase::Running,
     Phase::Heartbeat,
+    Phase::StateWrite,
     Phase::Finish,
 ];
 
@@ -183,7 +191,8 @@ async fn measure_clients(
     };
     let mut it = collected.into_iter().map(figures);
     let mut next = || it.next().unwrap_or_default();
-    let (raw, won, running, heartbeat, finish) = (next(), next(), next(), next(), next());
+    let (raw, won, running, heartbeat, state_write, finish) =
+        (next(), next(), next(), next(), next(), next());
     let m = |f: &OpFigures| ratio(f.latency.median_us, raw.latency.median_us);
     Ok(ClientsRow {
         clients,
@@ -191,6 +200,7 @@ async fn measure_clients(
             claim_won: m(&won),
             claim_running: m(&running),
             heartbeat: m(&heartbeat),
+            state_write: m(&state_write),
             finish: m(&finish),
             claim_won_p99: ratio(won.latency.p99_us, raw.latency.p99_us),
         },
@@ -198,6 +208,7 @@ async fn measure_clients(
         claim_won: won,
         claim_running: running,
         heartbeat,
+        state_write,
         finish,
     })
 }
@@ -264,6 +275,21 @@ async fn run_phase(
                             matches!(outcome, HeartbeatOutcome::Renewed { .. }),
                             "heartbeat with the current token",
                             "renewed",
+                            || format!("{outcome:?}"),
+                        )?;
+                    }
+                    Phase::StateWrite => {
+                        let write = StateWrite::Increment {
+                            key: "bench",
+                            by: 1,
+                        };
+                        let outcome = store
+                            .state_write(job, slot, tokens[i], &write, &StateLimits::default())
+                            .await?;
+                        expect(
+                            matches!(outcome, StateOutcome::Written(Written::Incremented(_))),
+                            "state write with the current token",
+                            "incremented",
                             || format!("{outcome:?}"),
                         )?;
                     }

@@ -101,6 +101,7 @@ fn context(job: &str, signal: Signal) -> RunContext {
         fence: 1,
         signal,
         deadline: LeaseDeadline::new(Instant::now() + Duration::from_secs(3600)),
+        state: None,
     }
 }
 

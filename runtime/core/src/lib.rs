@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod operate;
 pub mod report;
 pub mod schedule;
+pub mod state;
 pub mod store;

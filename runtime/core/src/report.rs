@@ -1,10 +1,12 @@
 //! Runs as people and programs read them: one JSON object per run (for `baton history --json`,
-//! `baton runs --json` and the HTTP `/runs`), or a table.
+//! `baton runs --json` and the HTTP `/runs`), or a table; and the keys of a job's state (for
+//! `baton state`).
 
 use serde_json::{json, Value};
 
 use crate::lease::{Attempt, Run};
 use crate::schedule::format_utc;
+use crate::state::{StateEntry, StateKey, Writer};
 
 /// A run as one JSON object: `job`, `slot` (RFC 3339 UTC), `status`, `handed_over`, `fence`,
 /// `lease_end`, and `attempts`, each with `attempt`, `runner`, `token`, `reason`, `fence`,
@@ -66,8 +68,14 @@ pub fn runs_table(runs: &[Run]) -> String {
             ]
         })
         .collect();
+    table(header, &rows)
+}
+
+/// Rows of cells as a table under its header, each column as wide as its widest cell, two
+/// spaces apart; the last column is not padded.
+fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
         }
@@ -85,11 +93,66 @@ pub fn runs_table(runs: &[Run]) -> String {
         out
     };
     let mut out = line(&header);
-    for row in &rows {
+    for row in rows {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         out.push_str(&line(&cells));
     }
     out
+}
+
+// ---- Job state (`baton state`) ----
+
+/// The writer of a state key as JSON fields: `slot` and `written_at` (RFC 3339 UTC), `attempt`
+/// and `fence`.
+fn writer_json(job: &str, key: &str, w: &Writer) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("job".into(), json!(job));
+    m.insert("key".into(), json!(key));
+    m.insert("slot".into(), json!(format_utc(w.slot)));
+    m.insert("attempt".into(), json!(w.attempt));
+    m.insert("fence".into(), json!(w.fence));
+    m.insert("written_at".into(), json!(format_utc(w.written_at)));
+    m
+}
+
+/// A key of a job's state as one JSON object: `job`, `key`, `size` (bytes), and its writer's
+/// `slot`, `attempt`, `fence` and `written_at`.
+pub fn state_key_json(job: &str, key: &StateKey) -> Value {
+    let mut m = writer_json(job, &key.key, &key.writer);
+    m.insert("size".into(), json!(key.size));
+    Value::Object(m)
+}
+
+/// A key of a job's state with its value as one JSON object: as [`state_key_json`], with the
+/// value as `value` (text) when it is UTF-8, else as `value_hex`.
+pub fn state_entry_json(job: &str, entry: &StateEntry) -> Value {
+    let mut m = writer_json(job, &entry.key, &entry.writer);
+    m.insert("size".into(), json!(entry.value.len()));
+    match std::str::from_utf8(&entry.value) {
+        Ok(text) => m.insert("value".into(), json!(text)),
+        Err(_) => m.insert("value_hex".into(), json!(hex::encode(&entry.value))),
+    };
+    Value::Object(m)
+}
+
+/// The keys of a job's state as a table with a header: key, size, and the slot, attempt and
+/// fence that wrote it, and when.
+pub fn state_table(keys: &[StateKey]) -> String {
+    let header = ["KEY", "SIZE", "SLOT", "ATTEMPT", "FENCE", "WRITTEN-AT"];
+    let rows: Vec<[String; 6]> = keys
+        .iter()
+        .map(|k| {
+            [
+                k.key.clone(),
+                k.size.to_string(),
+                format_utc(k.writer.slot),
+                k.writer.attempt.to_string(),
+                k.writer.fence.to_string(),
+                format_utc(k.writer.written_at),
+            ]
+        })
+        .collect();
+    table(header, &rows)
 }
 
 #[cfg(test)]
@@ -151,6 +214,44 @@ mod tests {
         assert_eq!(a["started_at"], "2025-12-03T08:00:00.010Z");
         assert_eq!(v["attempts"][1]["ended_at"], Value::Null);
         assert_eq!(v["attempts"][1]["token"].as_str().map(str::len), Some(32));
+    }
+
+    #[test]
+    fn state_json_names_the_writer_and_gives_text_or_hex() {
+        let writer = Writer {
+            slot: 1_764_748_800_000,
+            attempt: 2,
+            fence: 9,
+            written_at: 1_764_748_800_250,
+        };
+        let entry = StateEntry {
+            key: "count".into(),
+            value: b"12".to_vec(),
+            writer: writer.clone(),
+        };
+        let v = state_entry_json("counter", &entry);
+        assert_eq!(v["value"], "12");
+        assert_eq!(v["attempt"], 2);
+        assert_eq!(v["fence"], 9);
+        assert_eq!(v["written_at"], "2025-12-03T08:00:00.250Z");
+        let binary = StateEntry {
+            value: vec![0xff, 0x00],
+            ..entry
+        };
+        let v = state_entry_json("counter", &binary);
+        assert_eq!(v["value_hex"], "ff00");
+        assert_eq!(v.get("value"), None);
+        let key = StateKey {
+            key: "count".into(),
+            size: 2,
+            writer,
+        };
+        let table = state_table(&[key]);
+        assert!(table.starts_with("KEY    SIZE"), "{table}");
+        assert!(table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.ends_with("2025-12-03T08:00:00.250Z")));
     }
 
     #[test]

@@ -11,12 +11,11 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{ClaimReason, RunInfo};
+use super::bindings::AttemptInfo;
 use super::engine::LoadedComponent;
 use super::log::{AttemptLog, LineSource};
 use crate::jobs::format_size;
 use baton_core::instance::{AbortReason, LeaseDeadline, RunContext, Signal};
-use baton_core::lease::ClaimKind;
 
 /// Where a granted data directory appears inside the guest: `/data`.
 pub const DATA_DIR_IN_GUEST: &str = "/data";
@@ -193,7 +192,7 @@ pub(crate) struct AttemptState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: Limiter,
-    pub(crate) info: RunInfo,
+    pub(crate) info: AttemptInfo,
     pub(crate) signal: Signal,
     pub(crate) log: AttemptLog,
     interrupt: Arc<Interrupt>,
@@ -229,16 +228,6 @@ fn on_epoch(state: &AttemptState) -> wasmtime::Result<UpdateDeadline> {
         }
         .into()),
         None => Ok(UpdateDeadline::Yield(1)),
-    }
-}
-
-fn claim_reason(kind: ClaimKind) -> ClaimReason {
-    match kind {
-        ClaimKind::Scheduled => ClaimReason::Scheduled,
-        ClaimKind::CatchUp => ClaimReason::CatchUp,
-        ClaimKind::Takeover => ClaimReason::Takeover,
-        // The 0.1.0 world has no `manual`: a manual run is a scheduled one to its guests.
-        ClaimKind::Manual => ClaimReason::Scheduled,
     }
 }
 
@@ -348,11 +337,11 @@ pub(crate) async fn run(
             used: 0,
             job_file: sandbox.job_file.clone(),
         },
-        info: RunInfo {
+        info: AttemptInfo {
             job: ctx.job.clone(),
             slot: ctx.slot,
             attempt: ctx.attempt,
-            reason: claim_reason(ctx.reason),
+            kind: ctx.reason,
             runner: ctx.runner.clone(),
             fence: ctx.fence,
         },
@@ -369,11 +358,7 @@ pub(crate) async fn run(
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|cx| on_epoch(cx.data()));
 
-    let call = async {
-        let job = component.pre.instantiate_async(&mut store).await?;
-        started();
-        job.call_run(&mut store).await
-    };
+    let call = component.pre.run(&mut store, started);
     // A guest blocked in a host call (a sleep, a read) runs no epoch check: it is stopped by
     // dropping its call.
     let stopped = async {

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::attempt::AttemptState;
-use super::bindings::{Job as JobWorld, JobPre};
+use super::bindings::{self, JobPre};
 use super::disk_cache::{DiskCache, Skipped};
 use super::LoadError;
 
@@ -29,7 +29,15 @@ pub struct LoadedComponent {
     pub digest: String,
     /// Whether the compiled code came from the on-disk compile cache rather than a compile.
     pub from_disk_cache: bool,
-    pub(crate) pre: JobPre<AttemptState>,
+    pub(crate) pre: JobPre,
+}
+
+impl LoadedComponent {
+    /// The version of the `baton:job` world the component runs as: `0.2.0`, or `0.1.0` for a
+    /// component built against the older world.
+    pub fn world_version(&self) -> &'static str {
+        self.pre.version()
+    }
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -37,6 +45,7 @@ impl std::fmt::Debug for LoadedComponent {
         f.debug_struct("LoadedComponent")
             .field("path", &self.path)
             .field("digest", &self.digest)
+            .field("world_version", &self.world_version())
             .finish()
     }
 }
@@ -74,7 +83,7 @@ impl Compiler {
         })?;
         let mut linker = Linker::new(&engine);
         let linked = wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .and_then(|()| JobWorld::add_to_linker::<_, HasSelf<AttemptState>>(&mut linker, |s| s));
+            .and_then(|()| bindings::add_to_linker(&mut linker));
         linked.map_err(|e| LoadError::Engine {
             message: format!("{e:#}"),
         })?;
@@ -175,10 +184,11 @@ impl Compiler {
                 path: path.clone(),
                 message: format!("{e:#}"),
             })?;
-        let pre = JobPre::new(pre).map_err(|e| LoadError::WrongExport {
-            path: path.clone(),
-            message: format!("{e:#}"),
-        })?;
+        let pre =
+            JobPre::new(&self.engine, &component, pre).map_err(|e| LoadError::WrongExport {
+                path: path.clone(),
+                message: format!("{e:#}"),
+            })?;
         Ok(LoadedComponent {
             path,
             digest,

@@ -3,7 +3,8 @@
 //!
 //! - [`engine`]: one wasmtime engine with epoch interruption and the pooling allocator; each
 //!   component compiled once per file content and kept pre-instantiated.
-//! - `bindings`: the host side of the world: run info, `signal-aborted`, logging.
+//! - `bindings`: the host side of each version of the world (0.2.0, and 0.1.0 for components
+//!   built before it): run info, `signal-aborted`, logging.
 //! - `attempt`: a fresh store per attempt, with its sandbox and limits.
 //! - `epoch`: the watchdog thread that ticks the epoch and checks lease deadlines.
 //! - [`log`]: guest output as tagged log lines, under a budget.
@@ -32,6 +33,7 @@ pub mod jobs;
 pub mod log;
 
 pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
+pub use bindings::WORLD_VERSIONS;
 pub use engine::{LoadedComponent, MAX_INSTANCES, MAX_MEMORY};
 pub use epoch::TICK;
 pub use log::{tracing_sink, GuestLine, LineSource, LogSink, LOG_BUDGET};
@@ -69,7 +71,7 @@ pub enum LoadError {
         message: String,
     },
     /// The component does not export `run`: it is of another world.
-    #[error("{path}: does not implement the world baton:job/job@0.1.0: it exports {exports} but not `run`; build it against wit/baton-job.wit (in Rust: `baton_guest::job!`)", path = .path.display(), exports = list(.exports))]
+    #[error("{path}: does not implement the world baton:job/job@0.2.0: it exports {exports} but not `run`; build it against wit/baton-job.wit (in Rust: `baton_guest::job!`)", path = .path.display(), exports = list(.exports))]
     NotAJob {
         /// The file.
         path: PathBuf,
@@ -77,7 +79,7 @@ pub enum LoadError {
         exports: Vec<String>,
     },
     /// The component exports `run` with another type.
-    #[error("{path}: does not implement the world baton:job/job@0.1.0: {message}; `run` must be `func() -> result<_, string>` as in wit/baton-job.wit", path = .path.display())]
+    #[error("{path}: does not implement the world baton:job/job@0.2.0: {message}; `run` must be `func() -> result<_, string>` as in wit/baton-job.wit", path = .path.display())]
     WrongExport {
         /// The file.
         path: PathBuf,
@@ -85,7 +87,7 @@ pub enum LoadError {
         message: String,
     },
     /// The component imports something the sandbox does not offer.
-    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host@0.1.0 and WASI 0.2 (cli, clocks, random, filesystem, io) only", path = .path.display())]
+    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host (0.2.0, or 0.1.0 of older jobs) and WASI 0.2 (cli, clocks, random, filesystem, io) only", path = .path.display())]
     Imports {
         /// The file.
         path: PathBuf,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use baton_core::schedule::format_in;
 use baton_wasm::jobs::{self, JobSpec};
-use baton_wasm::{HostConfig, WasmHost};
+use baton_wasm::{HostConfig, LoadedComponent, WasmHost};
 
 use super::config::DEFAULT_JOBS;
 
@@ -46,11 +46,21 @@ fn host() -> anyhow::Result<WasmHost> {
     .context("starting the wasm host")
 }
 
-/// Loads a job file and its component; the error names the file, the reason and the fix.
+/// Loads a job file and its component; the error names the file, the reason and the fix. The
+/// text names the component: its digest and the version of the world it runs as.
 fn validate(host: &WasmHost, toml: &Path) -> anyhow::Result<(JobSpec, String)> {
     let spec = jobs::load_job(toml)?;
     let component = host.load(&spec.wasm_path)?;
-    Ok((spec, component.digest.clone()))
+    Ok((spec, describe(&component)))
+}
+
+/// `sha256:…, world baton:job@0.2.0`.
+fn describe(component: &LoadedComponent) -> String {
+    format!(
+        "{}, world baton:job@{}",
+        component.digest,
+        component.world_version()
+    )
 }
 
 /// Every job file of a directory, sorted.
@@ -122,7 +132,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let is = |ext: &str| path.extension().is_some_and(|x| x == ext);
     if is("wasm") {
         let component = host.load(path)?;
-        println!("{}: ok ({})", path.display(), component.digest);
+        println!("{}: ok ({})", path.display(), describe(&component));
         return Ok(());
     }
     if is("toml") {

@@ -14,6 +14,7 @@ mod next;
 mod operate;
 mod run;
 mod runs;
+mod state;
 
 /// Baton: a distributed cron runtime for WebAssembly components.
 ///
@@ -60,6 +61,9 @@ enum Command {
     History(runs::HistoryArgs),
     /// Show the latest run of every job in the store, or the runs running now.
     Runs(runs::RunsArgs),
+    /// Show a job's state: its keys with the slot, attempt and fence that wrote each, or one
+    /// key's value; `--delete KEY` deletes a key.
+    State(state::StateArgs),
     /// Pause a job (or `--all`) on every node: its claims answer paused until it is resumed.
     Pause(operate::PauseArgs),
     /// Resume a paused job (or `--all`): its next slot runs by the schedule; slots missed while
@@ -103,6 +107,10 @@ pub async fn main() -> anyhow::Result<()> {
         Command::Runs(args) => {
             plain();
             runs::runs(args).await
+        }
+        Command::State(args) => {
+            plain();
+            state::state(args).await
         }
         Command::Pause(args) => {
             plain();

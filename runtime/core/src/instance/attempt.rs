@@ -94,6 +94,14 @@ async fn run(
         fence: lease.fence,
         signal: signal.clone(),
         deadline: deadline.clone(),
+        state: Some(crate::state::StateHandle::new(
+            inner.store.clone(),
+            name,
+            slot,
+            lease.token,
+            signal.clone(),
+            deadline.clone(),
+        )),
     };
     inner.emit(
         EventKind::Started,
@@ -137,6 +145,12 @@ async fn run(
             // moved the deadline again: either way nothing it returns may change the run.
             if deadline.has_passed() || signal.reason() == Some(AbortReason::Fenced) {
                 fence(inner, name, slot, &lease, &signal, AbortReason::Fenced);
+                return Afterwards::Watch;
+            }
+            // The store refused one of the attempt's state writes: it is no longer the current
+            // attempt of a live run, so it is lost, whatever its handler returned.
+            if signal.reason() == Some(AbortReason::Lost) {
+                fence(inner, name, slot, &lease, &signal, AbortReason::Lost);
                 return Afterwards::Watch;
             }
             settle(inner, job, slot, &lease, &signal, &deadline, result).await

@@ -219,6 +219,9 @@ pub struct RunContext {
     pub signal: Signal,
     /// Until when the lease is certainly held.
     pub deadline: LeaseDeadline,
+    /// The job's state, with writes fenced by this attempt's token (see [`crate::state`]).
+    /// `None` for an attempt run outside an instance (a test or a benchmark that gives none).
+    pub state: Option<crate::state::StateHandle>,
 }
 
 /// A job's work. Return `Ok` for success and `Err` with a message for failure (which is not

@@ -12,6 +12,7 @@ use crate::lease::{
     ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, Token, TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request};
+use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 pub(crate) mod model;
 #[cfg(feature = "postgres")]
@@ -209,8 +210,8 @@ pub trait Store: Send + Sync + 'static {
     /// The names of the jobs that have runs in this namespace, sorted.
     async fn jobs(&self) -> Result<Vec<String>, StoreError>;
 
-    /// Deletes every record of a job in this namespace: its runs, its fence counter and its
-    /// name. An instance never calls it; `baton bench` does, to leave no runs of its own behind.
+    /// Deletes every record of a job in this namespace: its runs, its fence counter, its name
+    /// and its state. An instance never calls it; `baton bench` does, to leave no runs of its own behind.
     /// Deleting a job whose runs a live instance still claims breaks the spec's rules for that
     /// job (a late claim would find no state), so only forget jobs that nobody runs.
     async fn forget_job(&self, job: &str) -> Result<(), StoreError>;
@@ -229,6 +230,32 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes what [`Store::raw_primitive`] wrote in this namespace under keys that start
     /// with `prefix`.
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError>;
+
+    /// One key of a job's state, with its value and its writer; `None` when the key has no
+    /// value. A plain read: no token, no lease.
+    async fn state_get(&self, job: &str, key: &str) -> Result<Option<StateEntry>, StoreError>;
+
+    /// Every key of a job's state with its size and its writer, sorted by key. A plain read.
+    async fn state_keys(&self, job: &str) -> Result<Vec<StateKey>, StoreError>;
+
+    /// One write to a job's state, fenced: accepted only if `token` is the current attempt of
+    /// the run at `slot`, that run is running, its lease not released and alive by the store's
+    /// clock, all checked in the same atomic step that writes (one round trip). An accepted
+    /// write records the attempt's slot, attempt and fence and the store's clock with the key.
+    /// A write past `limits` is [`StateOutcome::Refused`]: key and value sizes before the store
+    /// is asked, the key count inside the step.
+    async fn state_write(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        write: &StateWrite<'_>,
+        limits: &StateLimits,
+    ) -> Result<StateOutcome, StoreError>;
+
+    /// Deletes one key of a job's state, without a token: an operator's action (`baton state
+    /// JOB --delete KEY`), never an attempt's. Answers whether the key existed.
+    async fn state_remove(&self, job: &str, key: &str) -> Result<bool, StoreError>;
 
     /// How many requests this client has sent to the store since it was opened, counting
     /// every one whose answer it waited for: one per round trip. A retry, a script sent again

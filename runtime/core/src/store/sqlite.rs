@@ -20,6 +20,7 @@ use crate::lease::{
     TokenOutcome,
 };
 use crate::operate::{self, OperateOutcome, Operation, Operator, Request};
+use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite, Writer};
 
 /// How long a call waits for another process's write lock before it fails, unless the URL's
 /// `?timeout=DURATION` says otherwise (`sqlite://baton.db?timeout=30s`): 10 s.
@@ -50,7 +51,19 @@ const MIGRATIONS: &[&str] = &[
         key TEXT NOT NULL,
         PRIMARY KEY (namespace, key)
     );",
-    // 3: pauses in force and the record of operations (pause, resume, trigger).
+    // 3: each job's state, every key with the attempt that wrote it (see `crate::state`).
+    "CREATE TABLE baton_state (
+        namespace TEXT NOT NULL,
+        job TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        slot INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        fence INTEGER NOT NULL,
+        written_at INTEGER NOT NULL,
+        PRIMARY KEY (namespace, job, key)
+    );",
+    // 4: pauses in force and the record of operations (pause, resume, trigger).
     "CREATE TABLE baton_paused (
         namespace TEXT NOT NULL,
         job TEXT NOT NULL,
@@ -679,6 +692,10 @@ impl Store for SqliteStore {
                 "DELETE FROM baton_jobs WHERE namespace = ?1 AND job = ?2",
                 params![ns, job],
             )?;
+            tx.execute(
+                "DELETE FROM baton_state WHERE namespace = ?1 AND job = ?2",
+                params![ns, job],
+            )?;
             for table in ["baton_paused", "baton_operations"] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE namespace = ?1 AND job = ?2"),
@@ -711,6 +728,50 @@ impl Store for SqliteStore {
                 params![ns, prefix],
             )?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn state_get(&self, job: &str, key: &str) -> Result<Option<StateEntry>, StoreError> {
+        let (job, key) = (job.to_owned(), key.to_owned());
+        self.with_conn(move |conn, ns| state_get_blocking(conn, ns, &job, &key))
+            .await
+    }
+
+    async fn state_keys(&self, job: &str) -> Result<Vec<StateKey>, StoreError> {
+        let job = job.to_owned();
+        self.with_conn(move |conn, ns| state_keys_blocking(conn, ns, &job))
+            .await
+    }
+
+    async fn state_write(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        write: &StateWrite<'_>,
+        limits: &StateLimits,
+    ) -> Result<StateOutcome, StoreError> {
+        if let Some(refusal) = write.refusal(limits) {
+            return Ok(StateOutcome::Refused(refusal));
+        }
+        let write = OwnedStateWrite::new(write);
+        let (job, limits) = (job.to_owned(), *limits);
+        self.with_conn(move |conn, ns| {
+            state_write_blocking(conn, ns, &job, slot, token, &write.borrow(), &limits)
+        })
+        .await
+    }
+
+    async fn state_remove(&self, job: &str, key: &str) -> Result<bool, StoreError> {
+        let (job, key) = (job.to_owned(), key.to_owned());
+        self.with_conn(move |conn, ns| {
+            let n = conn
+                .prepare_cached(
+                    "DELETE FROM baton_state WHERE namespace = ?1 AND job = ?2 AND key = ?3",
+                )?
+                .execute(params![ns, job, key])?;
+            Ok(n == 1)
         })
         .await
     }
@@ -760,6 +821,167 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
+
+// ---- Job state (see `crate::state`) ----
+
+/// An owned copy of a state write, to move onto a blocking thread.
+enum OwnedStateWrite {
+    Set(String, Vec<u8>),
+    Delete(String),
+    Increment(String, i64),
+    CompareAndSwap(String, Option<Vec<u8>>, Vec<u8>),
+}
+
+impl OwnedStateWrite {
+    fn new(write: &StateWrite<'_>) -> Self {
+        match *write {
+            StateWrite::Set { key, value } => OwnedStateWrite::Set(key.into(), value.to_vec()),
+            StateWrite::Delete { key } => OwnedStateWrite::Delete(key.into()),
+            StateWrite::Increment { key, by } => OwnedStateWrite::Increment(key.into(), by),
+            StateWrite::CompareAndSwap { key, expected, new } => OwnedStateWrite::CompareAndSwap(
+                key.into(),
+                expected.map(<[u8]>::to_vec),
+                new.to_vec(),
+            ),
+        }
+    }
+
+    fn borrow(&self) -> StateWrite<'_> {
+        match self {
+            OwnedStateWrite::Set(key, value) => StateWrite::Set { key, value },
+            OwnedStateWrite::Delete(key) => StateWrite::Delete { key },
+            OwnedStateWrite::Increment(key, by) => StateWrite::Increment { key, by: *by },
+            OwnedStateWrite::CompareAndSwap(key, expected, new) => StateWrite::CompareAndSwap {
+                key,
+                expected: expected.as_deref(),
+                new,
+            },
+        }
+    }
+}
+
+fn writer_of(r: &rusqlite::Row<'_>, first: usize) -> Result<Writer, rusqlite::Error> {
+    let fence: i64 = r.get(first + 2)?;
+    Ok(Writer {
+        slot: r.get(first)?,
+        attempt: r.get(first + 1)?,
+        fence: u64::try_from(fence).unwrap_or(0),
+        written_at: r.get(first + 3)?,
+    })
+}
+
+fn state_get_blocking(
+    conn: &Connection,
+    ns: &str,
+    job: &str,
+    key: &str,
+) -> Result<Option<StateEntry>, rusqlite::Error> {
+    conn.prepare_cached(
+        "SELECT value, slot, attempt, fence, written_at FROM baton_state
+         WHERE namespace = ?1 AND job = ?2 AND key = ?3",
+    )?
+    .query_row(params![ns, job, key], |r| {
+        Ok(StateEntry {
+            key: key.to_owned(),
+            value: r.get(0)?,
+            writer: writer_of(r, 1)?,
+        })
+    })
+    .optional()
+}
+
+fn state_keys_blocking(
+    conn: &Connection,
+    ns: &str,
+    job: &str,
+) -> Result<Vec<StateKey>, rusqlite::Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT key, length(value), slot, attempt, fence, written_at FROM baton_state
+         WHERE namespace = ?1 AND job = ?2 ORDER BY key",
+    )?;
+    let rows = stmt.query_map(params![ns, job], |r| {
+        Ok(StateKey {
+            key: r.get(0)?,
+            size: r.get(1)?,
+            writer: writer_of(r, 2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// A fenced state write in one `BEGIN IMMEDIATE` transaction: the run's token and lease are
+/// checked at the store's clock, and the key written, with the file's write lock held
+/// throughout, so no claim can take the run over in between.
+fn state_write_blocking(
+    conn: &mut Connection,
+    ns: &str,
+    job: &str,
+    slot: i64,
+    token: Token,
+    write: &StateWrite<'_>,
+    limits: &StateLimits,
+) -> Result<StateOutcome, rusqlite::Error> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = clock_ms();
+    let run = load(&tx, ns, job, slot)?;
+    let run = match run {
+        Some(run)
+            if run.status == crate::lease::Status::Running
+                && run.token == token
+                && !run.released
+                && run.lease_end > now =>
+        {
+            run
+        }
+        other => return Ok(StateOutcome::Fenced(other.map(|r| r.state()))),
+    };
+    let key = write.key();
+    let current: Option<Vec<u8>> = tx
+        .prepare_cached(
+            "SELECT value FROM baton_state WHERE namespace = ?1 AND job = ?2 AND key = ?3",
+        )?
+        .query_row(params![ns, job, key], |r| r.get(0))
+        .optional()?;
+    let keys: i64 = tx
+        .prepare_cached("SELECT count(*) FROM baton_state WHERE namespace = ?1 AND job = ?2")?
+        .query_row(params![ns, job], |r| r.get(0))?;
+    let keys = u64::try_from(keys).unwrap_or(0);
+    let (change, written) = match crate::state::apply(write, current.as_deref(), keys, limits) {
+        Ok(applied) => applied,
+        Err(refusal) => return Ok(StateOutcome::Refused(refusal)),
+    };
+    match change {
+        Some(Some(value)) => {
+            tx.prepare_cached(
+                "INSERT INTO baton_state
+                     (namespace, job, key, value, slot, attempt, fence, written_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (namespace, job, key) DO UPDATE SET
+                     value = excluded.value, slot = excluded.slot, attempt = excluded.attempt,
+                     fence = excluded.fence, written_at = excluded.written_at",
+            )?
+            .execute(params![
+                ns,
+                job,
+                key,
+                value,
+                slot,
+                run.attempt,
+                i64::try_from(run.fence).unwrap_or(i64::MAX),
+                now
+            ])?;
+        }
+        Some(None) => {
+            tx.prepare_cached(
+                "DELETE FROM baton_state WHERE namespace = ?1 AND job = ?2 AND key = ?3",
+            )?
+            .execute(params![ns, job, key])?;
+        }
+        None => {}
+    }
+    tx.commit()?;
+    Ok(StateOutcome::Written(written))
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! of [`Run`], with the namespace, job, slot, status and lease end in columns beside it.
 
 mod schema;
+mod state;
 mod url;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,7 @@ use crate::lease::{
     Status, Token, TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
+use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 pub use schema::{MIN_SERVER_VERSION, SCHEMA_VERSION};
 pub use url::DEFAULT_SCHEMA;
@@ -74,6 +76,7 @@ pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreErr
         .map_err(|e| map_error(&target.store(), e))?;
     Ok(Arc::new(PostgresStore {
         sql: Queries::new(&target.quoted_schema()),
+        state_sql: state::Queries::new(&target.quoted_schema()),
         store: target.store(),
         namespace: namespace.to_owned(),
         pool,
@@ -222,6 +225,7 @@ impl Queries {
             ),
             forget_job: format!(
                 "WITH gone AS (DELETE FROM {schema}.baton_runs WHERE namespace = $1 AND job = $2), \
+                 state AS (DELETE FROM {schema}.baton_state WHERE namespace = $1 AND job = $2) \
                  unpaused AS (DELETE FROM {schema}.baton_paused WHERE namespace = $1 AND job = $2), \
                  unlogged AS (DELETE FROM {schema}.baton_operations \
                               WHERE namespace = $1 AND job = $2) \
@@ -257,6 +261,8 @@ struct PostgresStore {
     /// `HOST:PORT/DB`, for messages.
     store: String,
     sql: Queries,
+    /// The SQL of the job state's operations.
+    state_sql: state::Queries,
     /// Statements executed: see [`Store::round_trips`].
     round_trips: AtomicU64,
     /// How long a statement waits for a connection and its answer: `?timeout=`.
@@ -574,6 +580,29 @@ impl Store for PostgresStore {
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
         self.execute(&self.sql.clear_raw_primitive, prefix).await?;
         Ok(())
+    }
+
+    async fn state_get(&self, job: &str, key: &str) -> Result<Option<StateEntry>, StoreError> {
+        self.get_state(job, key).await
+    }
+
+    async fn state_keys(&self, job: &str) -> Result<Vec<StateKey>, StoreError> {
+        self.list_state(job).await
+    }
+
+    async fn state_write(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        write: &StateWrite<'_>,
+        limits: &StateLimits,
+    ) -> Result<StateOutcome, StoreError> {
+        self.write_state(job, slot, token, write, limits).await
+    }
+
+    async fn state_remove(&self, job: &str, key: &str) -> Result<bool, StoreError> {
+        self.remove_state(job, key).await
     }
 
     fn round_trips(&self) -> u64 {

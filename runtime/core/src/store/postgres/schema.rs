@@ -26,8 +26,12 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/0004_fence_floor_is_the_clock.sql"),
     ),
     (
+        "each job's state, every write fenced by the writer's lease",
+        include_str!("migrations/0005_job_state.sql"),
+    ),
+    (
         "pause, resume and trigger: a paused job's claim answers paused",
-        include_str!("migrations/0005_pause_and_trigger.sql"),
+        include_str!("migrations/0006_pause_and_trigger.sql"),
     ),
 ];
 

@@ -11,7 +11,8 @@
 //!   the trim;
 //! - `{ns:job}:running`: a sorted set of the runs whose status is running, scored by lease end,
 //!   so the overlap check (is any lease alive after now?) is logarithmic;
-//! - `{ns:job}:fence`: the job's fence counter (see [`next_fence`](crate::lease::next_fence)).
+//! - `{ns:job}:fence`: the job's fence counter (see [`next_fence`](crate::lease::next_fence));
+//! - `{ns:job}:state` and `{ns:job}:state-writers`: the job's state (see `state.rs`).
 //!
 //! Beside them, `{ns}:jobs` is the set of the namespace's job names, added to once per job and
 //! process after a won claim.
@@ -53,6 +54,7 @@ use crate::lease::{
     Token, TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
+use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 
 /// How long opening a store waits for the server before it gives up: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -119,6 +121,8 @@ pub fn take_replicas(url: &str) -> Result<(String, Replicas), StoreError> {
     Ok((rest, replicas))
 }
 
+mod state;
+
 const COMMON: &str = include_str!("common.lua");
 
 /// A script and its text: the text is sent with `EVAL` when a pipeline's `EVALSHA` finds the
@@ -143,6 +147,8 @@ struct Scripts {
     claim: Lua,
     heartbeat: Lua,
     finish: Lua,
+    /// The fenced write of the job's state (`state.lua`).
+    state: Script,
     operate: Lua,
 }
 
@@ -152,6 +158,7 @@ impl Scripts {
             claim: Lua::new(include_str!("claim.lua")),
             heartbeat: Lua::new(include_str!("heartbeat.lua")),
             finish: Lua::new(include_str!("finish.lua")),
+            state: state::script(),
             operate: Lua::new(include_str!("operate.lua")),
         }
     }
@@ -1038,7 +1045,8 @@ impl Store for RedisStore {
     }
 
     async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
-        let keys = self.keys(job).to_vec();
+        let mut keys = self.keys(job).to_vec();
+        keys.extend(self.state_keys_of(job).into_iter().skip(1));
         let jobs_key = self.jobs_key();
         let mut c = self.counted();
         // Two keys slots apart on a cluster: two commands, the job's keys first.
@@ -1095,6 +1103,29 @@ impl Store for RedisStore {
             }
             cursor = next;
         }
+    }
+
+    async fn state_get(&self, job: &str, key: &str) -> Result<Option<StateEntry>, StoreError> {
+        self.get_state(job, key).await
+    }
+
+    async fn state_keys(&self, job: &str) -> Result<Vec<StateKey>, StoreError> {
+        self.list_state(job).await
+    }
+
+    async fn state_write(
+        &self,
+        job: &str,
+        slot: i64,
+        token: Token,
+        write: &StateWrite<'_>,
+        limits: &StateLimits,
+    ) -> Result<StateOutcome, StoreError> {
+        self.write_state(job, slot, token, write, limits).await
+    }
+
+    async fn state_remove(&self, job: &str, key: &str) -> Result<bool, StoreError> {
+        self.remove_state(job, key).await
     }
 
     fn round_trips(&self) -> u64 {
