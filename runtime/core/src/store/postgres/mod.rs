@@ -225,7 +225,7 @@ impl Queries {
             ),
             forget_job: format!(
                 "WITH gone AS (DELETE FROM {schema}.baton_runs WHERE namespace = $1 AND job = $2), \
-                 state AS (DELETE FROM {schema}.baton_state WHERE namespace = $1 AND job = $2) \
+                 state AS (DELETE FROM {schema}.baton_state WHERE namespace = $1 AND job = $2), \
                  unpaused AS (DELETE FROM {schema}.baton_paused WHERE namespace = $1 AND job = $2), \
                  unlogged AS (DELETE FROM {schema}.baton_operations \
                               WHERE namespace = $1 AND job = $2) \
