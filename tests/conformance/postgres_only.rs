@@ -288,7 +288,10 @@ async fn schema_parameter_puts_the_tables_and_functions_in_that_schema() {
             "baton_bench_scratch",
             "baton_jobs",
             "baton_migrations",
-            "baton_runs"
+            "baton_operations",
+            "baton_paused",
+            "baton_runs",
+            "baton_state"
         ]
     );
     let functions: Vec<String> = sqlx::query_scalar(

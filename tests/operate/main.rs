@@ -19,12 +19,17 @@ use serde_json::Value;
 
 /// A job running the `hello` guest, every second or on a yearly schedule.
 fn add_job(jobs: &Path, name: &str, schedule: &str) {
+    add_component(jobs, name, schedule, env!("GUEST_HELLO"));
+}
+
+/// A job running the component at `wasm`.
+fn add_component(jobs: &Path, name: &str, schedule: &str, wasm: &str) {
     std::fs::write(
         jobs.join(format!("{name}.toml")),
         format!("schedule = \"{schedule}\"\nlease = \"5s\"\n"),
     )
     .expect("write the job file");
-    std::fs::copy(env!("GUEST_HELLO"), jobs.join(format!("{name}.wasm"))).expect("copy hello");
+    std::fs::copy(wasm, jobs.join(format!("{name}.wasm"))).expect("copy the component");
 }
 
 /// A node: `baton run` with JSON logs, its own runner id, and an HTTP address if asked.
@@ -282,6 +287,46 @@ fn operate_a_cluster(url: String) {
         .and_then(|j| j.iter().find(|j| j["name"] == "rare"))
         .expect("rare is listed");
     assert_eq!(rare["paused"]["action"], "paused");
+}
+
+#[test]
+fn pause_with_stop_ends_the_running_attempt_as_failed_and_not_handed_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Cluster::new(format!(
+        "sqlite://{}",
+        dir.path().join("baton.db").display()
+    ));
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(&jobs).expect("mkdir jobs");
+    add_component(&jobs, "long", "0 0 1 1 *", env!("GUEST_LONG"));
+    let mut a = node(&jobs, &c.url, &c.ns, "node-a", None);
+    let _b = node(&jobs, &c.url, &c.ns, "node-b", None);
+    let by = baton_core::operate::Operator {
+        host: "test".into(),
+        user: "test".into(),
+        reason: None,
+    };
+    c.rt.block_on(
+        c.store
+            .operate("long", baton_core::operate::Request::Trigger, &by),
+    )
+    .expect("trigger");
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while c.history("long").is_empty() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the trigger never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    ok(&c.cli(&["pause", "long", "--stop", "--reason", "stop it"]));
+    let run = c.wait_run_after("long", 0, Duration::from_secs(20));
+    assert_eq!(run.status, baton_core::lease::Status::Failed, "{run:?}");
+    assert_eq!(run.attempts.len(), 1, "not handed over: {run:?}");
+    assert!(!run.handed_over(), "{run:?}");
+    a.wait_line(Duration::from_secs(10), "the paused event", |l| {
+        l.contains("\"event\":\"paused\"") && l.contains("(stop)")
+    });
 }
 
 #[test]

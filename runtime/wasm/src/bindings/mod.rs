@@ -100,10 +100,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<AttemptState>) -> wasmtime::Resu
 }
 
 /// Implements a version's `host` interface for [`AttemptState`], inside the module that holds
-/// that version's generated bindings: every version answers alike.
+/// that version's generated bindings: every version answers alike, but for a manual run, which
+/// a version answers with the `ClaimReason` it is given (`Manual` from 0.2.0 on; 0.1.0 has none,
+/// and tells its guests `Scheduled`).
 macro_rules! impl_host {
-    // `$manual`: what the version calls a manual run (0.1.0 has no `manual`: it says `Scheduled`).
-    ($manual:ident) => {
+    (manual = $manual:ident) => {
         use self::baton::job::host::{ClaimReason, Host, Level, RunInfo};
         use super::AttemptInfo;
         use crate::attempt::AttemptState;

@@ -6,4 +6,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-super::impl_host!(Manual);
+super::impl_host!(manual = Manual);

@@ -1,4 +1,4 @@
--- Version 5: pause, resume and trigger (see baton::operate).
+-- Version 6: pause, resume and trigger (see baton::operate).
 --
 -- A pause is a row of baton_paused; every claim reads it in its atomic step, after taking the
 -- job's row lock, which a pause takes too: a pause and a claim of the job serialize, so no
