@@ -31,6 +31,7 @@ pub mod engine;
 mod epoch;
 pub mod jobs;
 pub mod log;
+mod state;
 
 pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
 pub use bindings::WORLD_VERSIONS;
