@@ -117,7 +117,9 @@ fn stopped_message(cause: StopCause, run_timeout: Duration) -> String {
 
 fn stop_reason(cause: StopCause, run_timeout: Duration) -> String {
     match cause {
-        StopCause::Lost => "the attempt lost its lease (the store refused a heartbeat or a state write)".into(),
+        StopCause::Lost => {
+            "the attempt lost its lease (the store refused a heartbeat or a state write)".into()
+        }
         StopCause::Fenced => {
             "the attempt's lease deadline passed without a renewal (self-fenced)".into()
         }
