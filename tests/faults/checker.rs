@@ -153,6 +153,10 @@ pub struct Input {
     pub lives: Vec<Span>,
     /// When one runner alone could not reach the store (a partition of its link).
     pub cut_off: Vec<Span>,
+    /// Every key of the jobs' state, with its writer, as the store recorded it.
+    pub state: Vec<crate::state_writes::StateRecord>,
+    /// The jobs that write state: each that succeeded must have written some.
+    pub state_jobs: Vec<String>,
 }
 
 /// A broken rule, with what shows it.
@@ -212,6 +216,8 @@ pub struct Figures {
     /// Died attempts whose run was owed a takeover (a runner that knew of it lived, attempts
     /// remained, no newer run started first), and how many of them got it in time.
     pub owed_takeovers: (usize, usize),
+    /// State keys whose writer was held to the lease (see [`crate::state_writes`]).
+    pub state_records: usize,
     /// The latest owed takeover, counted from when it was due (lease + 2 × heartbeat after the
     /// store was back, or 2 × heartbeat after the lease end), ms; negative: before.
     pub takeover_after_due: Option<i64>,
@@ -352,6 +358,7 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
         figures.fenced += usize::from(a.outcome.as_deref() == Some("died"));
     }
     zombies(input, &mut v, &mut figures);
+    figures.state_records = crate::state_writes::check(input, &mut v);
     (v, figures)
 }
 

@@ -119,13 +119,35 @@ pub fn effects_job(
     }
 }
 
-/// The two well-behaved jobs of every scenario: `effects` (every 3 s, 1.2 s of side effects in
-/// 20 ms steps: long enough to be hit mid-attempt) and `tick` (every second, one step).
+/// The well-behaved jobs of every scenario: `effects` (every 3 s, 1.2 s of side effects in
+/// 20 ms steps: long enough to be hit mid-attempt), `tick` (every second, one step) and `state`
+/// (every 3 s, 50 steps of two state writes and 10 ms; see [`state_job`]).
 pub fn well_behaved() -> Vec<Job> {
     vec![
         effects_job("effects", 3, 60, 20, "", true),
         effects_job("tick", 1, 1, 1, "", true),
+        state_job("state", 3, 50, 10),
     ]
+}
+
+/// The state-writing guest every `period_s` seconds: `steps` fenced writes of its job's state,
+/// `step_ms` apart, a key of each attempt's own and a shared counter, going on whatever the
+/// store answers. The checker holds every key's last writer to that attempt's lease.
+pub fn state_job(name: &str, period_s: i64, steps: u32, step_ms: u32) -> Job {
+    Job {
+        spec: JobSpec {
+            name: name.into(),
+            period: period_s * 1000,
+            max_attempts: 3,
+            well_behaved: true,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
+        },
+        guest: env!("GUEST_STATE_WRITER"),
+        toml: format!(
+            "schedule = \"{}\"\n[grants]\nenv = {{ STEPS = \"{steps}\", STEP_MS = \"{step_ms}\" }}\n",
+            every(period_s)
+        ),
+    }
 }
 
 fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) -> Job {
@@ -801,6 +823,7 @@ impl Cluster {
         let url = self.store.url(self.backend, None);
         let mut runs = Vec::new();
         let mut effects = Vec::new();
+        let mut state = Vec::new();
         for job in &self.jobs {
             let name = &job.spec.name;
             let out = baton(
@@ -827,6 +850,25 @@ impl Cluster {
                     out.stderr
                 );
             }
+            let out = baton(
+                &[
+                    "state",
+                    name,
+                    "--store",
+                    &url,
+                    "--namespace",
+                    &self.namespace,
+                    "--json",
+                ],
+                &[],
+            );
+            assert_eq!(
+                out.code,
+                Some(0),
+                "baton state {name} failed: {}",
+                out.stderr
+            );
+            state.extend(crate::state_writes::parse(&out.stdout).expect("state --json parses"));
             let data = self.dir.path().join("jobs").join("data").join(name);
             for entry in std::fs::read_dir(&data).into_iter().flatten().flatten() {
                 let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
@@ -850,6 +892,13 @@ impl Cluster {
             heartbeat: HEARTBEAT_MS,
             lives: self.lives.clone(),
             cut_off: self.cut_off.clone(),
+            state,
+            state_jobs: self
+                .jobs
+                .iter()
+                .filter(|j| j.guest == env!("GUEST_STATE_WRITER"))
+                .map(|j| j.spec.name.clone())
+                .collect(),
         }
     }
 }

@@ -17,6 +17,7 @@ mod failover;
 mod harness;
 mod report;
 mod scenarios;
+mod state_writes;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;

@@ -137,7 +137,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10}  note",
+        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  note",
         "scenario",
         "backend",
         "runs",
@@ -148,14 +148,15 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         "takeover min/median/max",
         "taken over/owed",
         "zombie>lease",
-        "zombie>wake"
+        "zombie>wake",
+        "state keys"
     );
     for r in rows {
         if r.not_applicable.is_some() {
             let na = "n/a";
             let _ = writeln!(
                 out,
-                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>17} {na:>12} {na:>10}  {}",
+                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>17} {na:>12} {na:>10} {na:>10}  {}",
                 r.scenario.name(),
                 r.backend.name(),
                 r.note
@@ -164,7 +165,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10}  {}",
+            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  {}",
             r.scenario.name(),
             r.backend.name(),
             r.figures.runs,
@@ -176,6 +177,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
             owed_cell(&r.figures),
             ms_cell(r.figures.zombie_after_lease_end),
             ms_cell(r.figures.zombie_after_wake),
+            r.figures.state_records,
             r.note
         );
     }
@@ -199,6 +201,10 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
     let _ = writeln!(
         out,
         "zombie>lease: the last side effect of a fenced attempt after its lease end (negative: it stopped before); zombie>wake: the same after its frozen host could run again"
+    );
+    let _ = writeln!(
+        out,
+        "state keys: keys of the jobs' state whose last writer (slot, attempt, fence, store time) was held to that attempt's lease: no write of an attempt no longer current accepted"
     );
     let _ = writeln!(out, "matrix took {:.0?}", took);
     out

@@ -122,7 +122,7 @@ async fn lost_attempt_is_stopped(lang: Lang, name: &str) -> Duration {
         .expect("the attempt's task ends");
     assert_eq!(
         result,
-        Err("interrupted by the host: the attempt lost its lease (a heartbeat was refused)".into())
+        Err("interrupted by the host: the attempt lost its lease (the store refused a heartbeat or a state write)".into())
     );
     stopped.saturating_duration_since(aborted)
 }

@@ -74,7 +74,7 @@ async fn busy_loop_that_ignores_the_signal_is_interrupted_when_its_lease_is_lost
     let message = result.expect_err("an interrupted attempt is not a success");
     assert_eq!(
         message,
-        "interrupted by the host: the attempt lost its lease (a heartbeat was refused)"
+        "interrupted by the host: the attempt lost its lease (the store refused a heartbeat or a state write)"
     );
 }
 

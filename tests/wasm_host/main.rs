@@ -5,5 +5,6 @@ mod cli;
 mod guests;
 mod jobs_dir;
 mod latency;
+mod state;
 mod stopping;
 mod support;

@@ -94,3 +94,73 @@ macro_rules! job {
         $crate::bindings::__export_job!(__BatonJob);
     };
 }
+
+/// The job's own state, fenced by the store: typed helpers over `baton:job/state`.
+///
+/// ```ignore
+/// use baton_guest::state;
+/// let cursor: u64 = state::get_as("cursor")?.unwrap_or(0);
+/// state::set_as("cursor", cursor + 100)?;
+/// let runs = state::increment("runs", 1)?;
+/// ```
+///
+/// Reads are plain. Every write carries this attempt's token, and the store refuses it with
+/// [`Error::Fenced`] once the attempt no longer holds the run's lease: stop then, and return.
+pub mod state {
+    use std::fmt;
+    use std::str::FromStr;
+
+    use crate::bindings::baton::job::state as host;
+
+    /// Why a state call failed; `Error::Fenced` when the store refused a write because this
+    /// attempt no longer holds the run's lease. It implements `Display` and `std::error::Error`.
+    pub use host::Error;
+
+
+    /// A key's value as bytes, `None` when it has none.
+    pub fn get(key: &str) -> Result<Option<Vec<u8>>, Error> {
+        host::get(key)
+    }
+
+    /// Sets a key to bytes.
+    pub fn set(key: &str, value: &[u8]) -> Result<(), Error> {
+        host::set(key, value)
+    }
+
+    /// A key's value as UTF-8 text (invalid bytes replaced), `None` when it has none.
+    pub fn get_string(key: &str) -> Result<Option<String>, Error> {
+        Ok(get(key)?.map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    /// A key's value parsed from its text (`u64`, `i64`, `bool`, …), `None` when it has none
+    /// or its text does not parse as `T`.
+    pub fn get_as<T: FromStr>(key: &str) -> Result<Option<T>, Error> {
+        Ok(get_string(key)?.and_then(|s| s.parse().ok()))
+    }
+
+    /// Sets a key to a value's text (`to_string()`), which [`get_as`] parses back.
+    pub fn set_as<T: fmt::Display>(key: &str, value: T) -> Result<(), Error> {
+        set(key, value.to_string().as_bytes())
+    }
+
+    /// Deletes a key; answers whether it existed.
+    pub fn delete(key: &str) -> Result<bool, Error> {
+        host::delete(key)
+    }
+
+    /// Every key of the job, sorted.
+    pub fn list_keys() -> Result<Vec<String>, Error> {
+        host::list_keys()
+    }
+
+    /// Adds `delta` to a key's integer (0 when absent) and answers the sum.
+    pub fn increment(key: &str, delta: i64) -> Result<i64, Error> {
+        host::increment(key, delta)
+    }
+
+    /// Sets a key to `new` only if it holds `expected` now (`None`: only if absent); answers
+    /// whether it did.
+    pub fn compare_and_swap(key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<bool, Error> {
+        host::compare_and_swap(key, expected, new)
+    }
+}

@@ -117,7 +117,9 @@ fn stopped_message(cause: StopCause, run_timeout: Duration) -> String {
 
 fn stop_reason(cause: StopCause, run_timeout: Duration) -> String {
     match cause {
-        StopCause::Lost => "the attempt lost its lease (a heartbeat was refused)".into(),
+        StopCause::Lost => {
+            "the attempt lost its lease (the store refused a heartbeat or a state write)".into()
+        }
         StopCause::Fenced => {
             "the attempt's lease deadline passed without a renewal (self-fenced)".into()
         }
@@ -199,6 +201,8 @@ pub(crate) struct AttemptState {
     lease_deadline: LeaseDeadline,
     run_deadline: Instant,
     run_timeout: Duration,
+    /// The job's state, fenced by the attempt's token (`baton:job/state`, see `state.rs`).
+    pub(crate) state: Option<baton_core::state::StateHandle>,
 }
 
 impl WasiView for AttemptState {
@@ -351,6 +355,7 @@ pub(crate) async fn run(
         lease_deadline: ctx.deadline.clone(),
         run_deadline: Instant::now() + sandbox.run_timeout,
         run_timeout: sandbox.run_timeout,
+        state: ctx.state.clone(),
     };
     let run_deadline = state.run_deadline;
     let mut store = Store::new(engine, state);

@@ -31,6 +31,7 @@ pub mod engine;
 mod epoch;
 pub mod jobs;
 pub mod log;
+mod state;
 
 pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
 pub use bindings::WORLD_VERSIONS;
@@ -87,7 +88,7 @@ pub enum LoadError {
         message: String,
     },
     /// The component imports something the sandbox does not offer.
-    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host (0.2.0, or 0.1.0 of older jobs) and WASI 0.2 (cli, clocks, random, filesystem, io) only", path = .path.display())]
+    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host and baton:job/state (0.2.0; host alone at 0.1.0 for older jobs) and WASI 0.2 (cli, clocks, random, filesystem, io) only", path = .path.display())]
     Imports {
         /// The file.
         path: PathBuf,

@@ -3,6 +3,7 @@
 wasmtime::component::bindgen!({
     path: "../../wit",
     world: "job",
+    imports: { "baton:job/state": async },
     exports: { default: async },
 });
 
