@@ -15,14 +15,15 @@ const wit = await mkdtemp(join(tmpdir(), 'baton-job-js-'));
 const wasi = join(here, 'node_modules', '@bytecodealliance', 'jco', 'lib', 'wit', 'builtin', '0.2.12');
 await cp(join(here, 'wit', 'job-js.wit'), join(wit, 'job-js.wit'));
 await cp(join(here, '..', '..', 'wit'), join(wit, 'deps', 'baton-job'), { recursive: true });
-for (const pkg of ['wasi-cli', 'wasi-clocks', 'wasi-filesystem', 'wasi-io', 'wasi-random', 'wasi-sockets']) {
+for (const pkg of ['wasi-cli', 'wasi-clocks', 'wasi-filesystem', 'wasi-http', 'wasi-io', 'wasi-random', 'wasi-sockets']) {
   await cp(join(wasi, pkg), join(wit, 'deps', pkg), { recursive: true });
 }
 const { component } = await componentize(source, {
   witPath: wit,
   worldName: 'job-js',
-  // Baton offers WASI cli, clocks, random, filesystem and io, and no network.
-  disableFeatures: ['http', 'fetch-event'],
+  // Baton offers WASI cli, clocks, random, filesystem, io and outbound HTTP (fetch), and no
+  // incoming requests.
+  disableFeatures: ['fetch-event'],
 });
 await rm(wit, { recursive: true, force: true });
 // Write next to the target, then rename: a running baton never reads a half-written file.

@@ -5,11 +5,12 @@
 // Build it into a component with ./build.sh (componentize-js against wit/baton-job.wit). The
 // environment variable JOB_MODE (granted in the job's TOML) picks a behaviour for the tests:
 // "spin" works forever without ever asking signal-aborted(), so only the host can stop it.
+// JOB_URL, if granted, is fetched with fetch() (the job file must allow its host).
 import { info, signalAborted, log } from 'baton:job/host@0.2.0';
 import { getEnvironment } from 'wasi:cli/environment@0.2.12';
 import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
 
-export function run() {
+export async function run() {
   const i = info();
   log('info', `hello from javascript: job ${i.job} slot ${i.slot} attempt ${i.attempt}`);
   const mode = getEnvironment().find(([key]) => key === 'JOB_MODE');
@@ -21,6 +22,11 @@ export function run() {
   }
   if (signalAborted()) {
     throw 'aborted before the side effect';
+  }
+  const url = getEnvironment().find(([key]) => key === 'JOB_URL');
+  if (url) {
+    const response = await fetch(url[1]);
+    log('info', `fetched ${url[1]}: ${response.status} ${(await response.text()).length} bytes`);
   }
   const data = getDirectories().find(([, path]) => path === '/data');
   if (data) {

@@ -129,3 +129,56 @@ fn a_command_line_that_does_not_parse_exits_2() {
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--no-such-flag"), "{}", out.stderr);
 }
+
+#[test]
+fn check_names_a_malformed_allowed_host_and_no_command_prints_a_secret() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write_job = |name: &str, toml: &str| {
+        std::fs::write(dir.path().join(format!("{name}.toml")), toml).expect("write");
+        std::fs::copy(env!("GUEST_HELLO"), dir.path().join(format!("{name}.wasm"))).expect("copy");
+    };
+    write_job(
+        "hook",
+        "schedule = \"@hourly\"\n[grants]\nallowed_outbound_hosts = [\"https://ok.example.com\", \"hooks.example.com\"]\n",
+    );
+    let out = baton(&["check", &dir.path().display().to_string()], &[]);
+    let line = fails(&out);
+    assert!(
+        out.stdout.contains("hook.toml")
+            && out.stdout.contains("grants.allowed_outbound_hosts")
+            && out.stdout.contains("\"hooks.example.com\""),
+        "{line}\n{}",
+        out.stdout
+    );
+
+    std::fs::remove_file(dir.path().join("hook.toml")).expect("remove");
+    write_job(
+        "secretive",
+        "schedule = \"@hourly\"\n[config]\ntoken = { env = \"BATON_CLI_TEST_TOKEN\" }\n",
+    );
+    let secret = "cli-s3cret-value";
+    let dir_arg = dir.path().display().to_string();
+    for args in [
+        vec!["check", dir_arg.as_str()],
+        vec!["jobs", "--jobs", dir_arg.as_str()],
+    ] {
+        let out = baton(&args, &[("BATON_CLI_TEST_TOKEN", secret)]);
+        assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+        assert!(
+            !out.stdout.contains(secret) && !out.stderr.contains(secret),
+            "{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    // Without the variable, the job does not load, and the error names the job, the key and
+    // the source.
+    let out = baton(&["check", &dir_arg], &[]);
+    assert!(
+        out.stdout.contains("job secretive")
+            && out.stdout.contains("config.token")
+            && out.stdout.contains("BATON_CLI_TEST_TOKEN"),
+        "{}",
+        out.stdout
+    );
+}

@@ -194,3 +194,45 @@ async fn forty_megabyte_component_runs_within_the_pool_limits() {
         "{lines:?}"
     );
 }
+
+/// The job of `lang` fetches the URL it is granted (JOB_URL); the request goes through the host's
+/// `wasi:http`, to an allowed host, with the host's fence headers, and the job logs the answer.
+async fn fetches_an_allowed_url_through_the_host(lang: Lang) {
+    let server = baton_tests::http_server::Server::start().await;
+    let loaded = host().load(built(lang)).expect("the component loads");
+    let path = format!("/from-{lang:?}").to_lowercase();
+    let url = format!("{}{path}", server.origin);
+    let mut sandbox = sandbox(&[("JOB_URL", &url)]);
+    sandbox.outbound.allowed = vec![server.origin.parse().expect("an allowed host")];
+    let job = host().job_from(loaded, sandbox);
+    let name = baton_tests::unique("fetch");
+    let ctx = context(&name);
+    let fence = ctx.fence;
+    tokio::time::timeout(Duration::from_secs(60), job.run(ctx))
+        .await
+        .expect("the run ends")
+        .expect("the run succeeds");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, path);
+    assert_eq!(seen[0].all("baton-fence"), [fence.to_string().as_str()]);
+    let lines: Vec<String> = lines_of(&name).into_iter().map(|l| l.message).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("fetched") && l.contains(" 200 ")),
+        "{lines:?}"
+    );
+}
+
+/// The JavaScript job calls `fetch()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_job_fetches_an_allowed_url_through_the_host() {
+    fetches_an_allowed_url_through_the_host(Lang::JavaScript).await;
+}
+
+/// The Python job sends its request through componentize-py's `poll_loop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_job_fetches_an_allowed_url_through_the_host() {
+    fetches_an_allowed_url_through_the_host(Lang::Python).await;
+}

@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use baton_wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost};
+use baton_wasm::{HostConfig, Sandbox, WasmHost};
 use sha2::{Digest, Sha256};
 
 /// The repository's root.
@@ -45,7 +45,7 @@ impl Lang {
 
     fn sources(self) -> &'static [&'static str] {
         match self {
-            Lang::Python => &["job.py", "build.sh", "requirements.txt"],
+            Lang::Python => &["job.py", "build.sh", "requirements.txt", "wit/job-py.wit"],
             Lang::JavaScript => &[
                 "job.js",
                 "build.sh",
@@ -109,18 +109,10 @@ fn build(lang: Lang) -> PathBuf {
     out
 }
 
-static LINES: Mutex<Vec<GuestLine>> = Mutex::new(Vec::new());
-
 /// A host whose guest lines are captured, with a compile cache in `cache`.
 pub fn host_with_cache(cache: Option<PathBuf>) -> WasmHost {
-    let sink: LogSink = Arc::new(|line: &GuestLine| {
-        LINES
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(line.clone())
-    });
     WasmHost::new(HostConfig {
-        log_sink: sink,
+        log_sink: baton_tests::captured::sink(),
         cache_dir: cache,
         ..HostConfig::default()
     })
@@ -133,16 +125,7 @@ pub fn host() -> &'static WasmHost {
     HOST.get_or_init(|| host_with_cache(Some(target_dir().join("polyglot").join("cache"))))
 }
 
-/// The lines the guests of job `job` wrote.
-pub fn lines_of(job: &str) -> Vec<GuestLine> {
-    LINES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|l| l.job == job)
-        .cloned()
-        .collect()
-}
+pub use baton_tests::captured::lines_of;
 
 /// A sandbox with a 256 MiB cap (an interpreter needs more than a Rust job) and `env`.
 pub fn sandbox(env: &[(&str, &str)]) -> Sandbox {
@@ -155,6 +138,7 @@ pub fn sandbox(env: &[(&str, &str)]) -> Sandbox {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+        ..Sandbox::default()
     }
 }
 

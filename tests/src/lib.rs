@@ -9,6 +9,8 @@ use baton_core::store::{self, Store};
 
 pub mod attempt;
 pub mod backends;
+pub mod captured;
+pub mod http_server;
 pub mod process;
 pub mod proxy;
 pub mod servers;

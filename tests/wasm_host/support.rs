@@ -2,42 +2,25 @@
 //! guest's attempt directly through its handler.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use baton_core::instance::{Handler, RunContext};
-use baton_wasm::{GuestLine, HostConfig, LogSink, Sandbox, WasmHost, WasmJob};
-
-static LINES: Mutex<Vec<GuestLine>> = Mutex::new(Vec::new());
+use baton_wasm::{HostConfig, Sandbox, WasmHost, WasmJob};
 
 /// The host every test shares (one engine, one compile cache, one watchdog).
 pub fn host() -> &'static WasmHost {
     static HOST: OnceLock<WasmHost> = OnceLock::new();
     HOST.get_or_init(|| {
-        let sink: LogSink = Arc::new(|line: &GuestLine| {
-            LINES
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(line.clone())
-        });
         WasmHost::new(HostConfig {
-            log_sink: sink,
+            log_sink: baton_tests::captured::sink(),
             ..HostConfig::default()
         })
         .expect("the wasm host starts")
     })
 }
 
-/// The lines the guests of job `job` wrote.
-pub fn lines_of(job: &str) -> Vec<GuestLine> {
-    LINES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|l| l.job == job)
-        .cloned()
-        .collect()
-}
+pub use baton_tests::captured::lines_of;
 
 /// The default sandbox: nothing granted, 64 MiB, a 60 s run timeout.
 pub fn sandbox() -> Sandbox {
@@ -47,6 +30,7 @@ pub fn sandbox() -> Sandbox {
         run_timeout: Duration::from_secs(60),
         data_dir: None,
         env: Vec::new(),
+        ..Sandbox::default()
     }
 }
 

@@ -25,6 +25,9 @@ pub mod bindings {
 
 pub use bindings::baton::job::host::{ClaimReason, Level, RunInfo};
 
+pub mod config;
+pub mod http;
+
 /// What the attempt is: the job, the slot, the attempt number, the reason, the runner and the
 /// fence value. The same on every call.
 pub fn info() -> RunInfo {

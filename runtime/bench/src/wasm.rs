@@ -88,6 +88,7 @@ fn sandbox(dir: &Path) -> Sandbox {
         run_timeout: Duration::from_secs(60),
         data_dir: None,
         env: Vec::new(),
+        ..Sandbox::default()
     }
 }
 

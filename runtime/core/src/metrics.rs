@@ -60,6 +60,8 @@ pub struct Metrics {
     interrupted: Counter,
     runs: Family<Label, Counter>,
     traps: Family<Label, Counter>,
+    /// Outbound requests of guests, by outcome.
+    outbound: Family<Label, Counter>,
     run_seconds: Histogram,
     heartbeat_seconds: Histogram,
     last_success: Family<Label, Seconds>,
@@ -96,6 +98,7 @@ impl Metrics {
             interrupted: Counter::default(),
             runs: Family::default(),
             traps: Family::default(),
+            outbound: Family::default(),
             run_seconds: Histogram::new(RUN_BUCKETS.iter().copied()),
             heartbeat_seconds: Histogram::new(HEARTBEAT_BUCKETS.iter().copied()),
             last_success: Family::default(),
@@ -146,6 +149,11 @@ impl Metrics {
             m.runs.clone(),
         );
         registry.register("baton_guest_traps", "Guest traps, by kind", m.traps.clone());
+        registry.register(
+            "baton_outbound_requests",
+            "Outbound HTTP requests of guests, by outcome (sent, denied, fenced, failed)",
+            m.outbound.clone(),
+        );
         registry.register(
             "baton_run_duration_seconds",
             "How long finished attempts ran, started to finished",
@@ -260,6 +268,15 @@ impl Metrics {
         self.traps.get_or_create(&label("kind", kind)).inc();
     }
 
+    /// Counts an outbound request of a guest by outcome: `sent` (a response came), `denied`
+    /// (not allowed, or over a limit), `fenced` (refused or cut because the attempt's lease is
+    /// lost), `failed` (sent, but no response: refused, timed out, too large). No per-URL label.
+    pub fn outbound_request(&self, outcome: &'static str) {
+        self.outbound
+            .get_or_create(&label("outcome", outcome))
+            .inc();
+    }
+
     /// The metrics in the OpenMetrics text format, served as [`CONTENT_TYPE`].
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -335,6 +352,7 @@ mod tests {
             m.observe(&event(kind, reason));
         }
         m.guest_trap("interrupt");
+        m.outbound_request("fenced");
         m.heartbeat_latency(Duration::from_millis(2));
         let text = m.render();
         for line in [
@@ -347,6 +365,7 @@ mod tests {
             "baton_skips_total 2",
             "baton_runs_total{status=\"success\"} 1",
             "baton_guest_traps_total{kind=\"interrupt\"} 1",
+            "baton_outbound_requests_total{outcome=\"fenced\"} 1",
             "baton_run_duration_seconds_count 1",
             "baton_heartbeat_latency_seconds_bucket{le=\"0.0025\"} 1",
             "baton_heartbeat_latency_seconds_bucket{le=\"0.001\"} 0",

@@ -1,6 +1,7 @@
 //! One attempt: a fresh store with its sandbox (WASI context), memory cap, run timeout and
 //! abort flag; the guest call; and what a user reads when it ends badly.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -8,13 +9,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{CallHook, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_config::WasiConfigVariables;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::AttemptInfo;
 use super::engine::LoadedComponent;
 use super::log::{AttemptLog, LineSource};
-use crate::jobs::format_size;
+use crate::config::ConfigValue;
+use crate::fence::Gate;
+use crate::jobs::{format_size, DEFAULT_MEMORY, DEFAULT_RUN_TIMEOUT};
+use crate::outbound::{fence_headers, Hooks, Outbound};
 use baton_core::instance::{AbortReason, LeaseDeadline, RunContext, Signal};
 
 /// Where a granted data directory appears inside the guest: `/data`.
@@ -33,6 +39,25 @@ pub struct Sandbox {
     pub data_dir: Option<(PathBuf, bool)>,
     /// Environment variables.
     pub env: Vec<(String, String)>,
+    /// Where outbound requests may go, and their limits. Defaults to nowhere.
+    pub outbound: Outbound,
+    /// What `wasi:config/store` offers the guest. Defaults to nothing.
+    pub config: BTreeMap<String, ConfigValue>,
+}
+
+impl Default for Sandbox {
+    /// Nothing granted, the default limits, and no job file to name.
+    fn default() -> Self {
+        Sandbox {
+            job_file: PathBuf::new(),
+            memory: DEFAULT_MEMORY,
+            run_timeout: DEFAULT_RUN_TIMEOUT,
+            data_dir: None,
+            env: Vec::new(),
+            outbound: Outbound::default(),
+            config: BTreeMap::new(),
+        }
+    }
 }
 
 /// Why the host stopped a guest.
@@ -115,6 +140,14 @@ fn stopped_message(cause: StopCause, run_timeout: Duration) -> String {
     format!("{STOPPED_PREFIX}{why}")
 }
 
+/// Why a side effect of an attempt whose lease is lost was refused.
+pub(crate) fn lost_reason(cause: StopCause) -> String {
+    format!(
+        "the attempt no longer holds its lease: {}",
+        stop_reason(cause, Duration::ZERO)
+    )
+}
+
 fn stop_reason(cause: StopCause, run_timeout: Duration) -> String {
     match cause {
         StopCause::Lost => {
@@ -193,6 +226,10 @@ impl ResourceLimiter for Limiter {
 pub(crate) struct AttemptState {
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    hooks: Hooks,
+    pub(crate) config: WasiConfigVariables,
+    gate: Gate,
     limiter: Limiter,
     pub(crate) info: AttemptInfo,
     pub(crate) signal: Signal,
@@ -212,6 +249,35 @@ impl WasiView for AttemptState {
             table: &mut self.table,
         }
     }
+}
+
+impl WasiHttpView for AttemptState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+/// Runs on every call from the guest into the host: once the attempt's lease is lost, the
+/// call is refused before it does anything, and the guest ends as a trap would. This is what
+/// fences the data directory's writes (the WASI filesystem has no hook of its own). It cannot
+/// tell one host function from another, so it refuses all of them, logging too; a stop
+/// request does not close the gate, so a handing-over guest may still log and return.
+fn on_call(state: &AttemptState, hook: CallHook) -> wasmtime::Result<()> {
+    if !matches!(hook, CallHook::CallingHost) {
+        return Ok(());
+    }
+    state.gate.check().map_err(|cause| {
+        state.interrupt.set(cause);
+        Stopped {
+            cause,
+            run_timeout: state.run_timeout,
+        }
+        .into()
+    })
 }
 
 /// The epoch callback: trap if the attempt must stop, else yield to the executor so other
@@ -312,6 +378,7 @@ fn describe(e: &wasmtime::Error, log: &AttemptLog) -> String {
 }
 
 /// Runs one attempt in a fresh store. Returns the guest's result, or what stopped it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     engine: &wasmtime::Engine,
     component: &LoadedComponent,
@@ -319,6 +386,7 @@ pub(crate) async fn run(
     log: AttemptLog,
     ctx: RunContext,
     on_trap: Option<&super::TrapSink>,
+    on_request: Option<&super::OutboundSink>,
     started: impl FnOnce(),
 ) -> Result<(), String> {
     let interrupt = Arc::new(Interrupt::default());
@@ -333,9 +401,27 @@ pub(crate) async fn run(
         });
     }
     let wasi = wasi_ctx(sandbox, &log)?;
+    let gate = Gate::new(ctx.signal.clone(), ctx.deadline.clone());
+    let hooks = Hooks::new(
+        gate.clone(),
+        Arc::new(sandbox.outbound.clone()),
+        sandbox.job_file.clone(),
+        fence_headers(&ctx.job, ctx.slot, ctx.attempt, ctx.fence),
+        log.clone(),
+        on_request.cloned(),
+    );
+    let config = sandbox
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.expose()))
+        .collect();
     let state = AttemptState {
         wasi,
         table: ResourceTable::new(),
+        http: WasiHttpCtx::new(),
+        hooks,
+        config,
+        gate,
         limiter: Limiter {
             cap: sandbox.memory,
             used: 0,
@@ -362,6 +448,7 @@ pub(crate) async fn run(
     store.limiter(|s| &mut s.limiter);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|cx| on_epoch(cx.data()));
+    store.call_hook(|cx, hook| on_call(cx.data(), hook));
 
     let call = component.pre.run(&mut store, started);
     // A guest blocked in a host call (a sleep, a read) runs no epoch check: it is stopped by
@@ -384,12 +471,12 @@ pub(crate) async fn run(
     };
     match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(message)) => Err(message),
+        Ok(Err(message)) => Err(log.redact(message)),
         Err(e) => {
             if let Some(sink) = on_trap {
                 sink(trap_kind(&e));
             }
-            Err(describe(&e, &log))
+            Err(log.redact(describe(&e, &log)))
         }
     }
 }

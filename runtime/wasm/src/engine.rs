@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime_wasi_config::WasiConfig;
 
 use super::attempt::AttemptState;
 use super::bindings::{self, JobPre};
@@ -82,7 +83,15 @@ impl Compiler {
             message: format!("{e:#}"),
         })?;
         let mut linker = Linker::new(&engine);
+        // WASI 0.2, then only wasi:http's own interfaces on top (its full set would add the
+        // shared ones twice), then wasi:config/store.
         let linked = wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            .and_then(|()| {
+                wasmtime_wasi_config::add_to_linker(&mut linker, |s: &mut AttemptState| {
+                    WasiConfig::from(&s.config)
+                })
+            })
             .and_then(|()| bindings::add_to_linker(&mut linker));
         linked.map_err(|e| LoadError::Engine {
             message: format!("{e:#}"),

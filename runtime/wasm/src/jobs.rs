@@ -16,11 +16,22 @@
 //! [limits]
 //! memory = "64MiB"              # the component's memory cap. Defaults to 64 MiB
 //! run_timeout = "10m"           # an attempt is interrupted after this. Defaults to 10 min
+//! http_requests = 100           # outbound requests per attempt. Defaults to 100
+//! http_connect_timeout = "10s"  # the longest a request may wait to connect. Defaults to 10 s
+//! http_first_byte_timeout = "30s"     # ... for the response to begin. Defaults to 30 s
+//! http_between_bytes_timeout = "30s"  # ... between two parts of the response. Defaults to 30 s
+//! http_response_size = "16MiB"  # the largest response body. Defaults to 16 MiB
 //!
 //! [grants]
 //! data_dir = "data/report"      # a directory the job may use, relative to the jobs directory
 //! data_dir_read_only = false    # Defaults to false (read-write)
 //! env = { REPORT_TO = "ops" }   # environment variables. Defaults to none
+//! allowed_outbound_hosts = ["https://api.example.com", "https://*.example.org"]  # Defaults to none
+//!
+//! [config]                      # what the guest reads through wasi:config/store. Defaults to none
+//! url = "https://api.example.com/hook"   # a literal
+//! token = { env = "API_TOKEN" } # a secret, from the host's environment when the job loads
+//! key = { file = "secrets/key" }  # a secret, from a file (relative to the jobs directory)
 //! ```
 //!
 //! Durations are a number and a unit: `ms`, `s`, `m`, `h` or `d`. Unknown keys are errors.
@@ -35,6 +46,8 @@ use baton_core::duration::parse_duration;
 use baton_core::lease::{LeaseOptions, OptionsError, Overlap};
 
 pub mod directory;
+use crate::config::{ConfigError, ConfigValue};
+use crate::outbound::{AllowedHost, HttpLimits};
 use baton_core::schedule::{Schedule, ScheduleError};
 
 /// The default memory cap of a job: 64 MiB.
@@ -90,6 +103,18 @@ pub enum JobError {
         #[source]
         source: OptionsError,
     },
+    /// A `[config]` value cannot be read (a missing variable or file). The message names the
+    /// job, the key and the source, never a value.
+    #[error("{path}: job {job}: {source}", path = .path.display())]
+    Config {
+        /// The job file.
+        path: PathBuf,
+        /// The job.
+        job: String,
+        /// Which key, from where, and why.
+        #[source]
+        source: ConfigError,
+    },
     /// There is no component beside the job file.
     #[error("{path}: no component {wasm} beside it; build the job to that path")]
     MissingComponent {
@@ -107,6 +132,8 @@ pub struct Limits {
     pub memory: u64,
     /// How long an attempt may run before it is interrupted. Defaults to 10 min.
     pub run_timeout: Duration,
+    /// The limits of outbound HTTP (see [`HttpLimits`] for the defaults).
+    pub http: HttpLimits,
 }
 
 /// What a job is granted beyond the sandbox (which has no files, no network, no environment).
@@ -118,6 +145,8 @@ pub struct GrantSpec {
     pub data_dir_read_only: bool,
     /// Environment variables. Defaults to none.
     pub env: BTreeMap<String, String>,
+    /// Where the job may send HTTP requests. Defaults to none: every request is denied.
+    pub allowed_outbound_hosts: Vec<AllowedHost>,
 }
 
 /// A job, as its file describes it.
@@ -137,6 +166,9 @@ pub struct JobSpec {
     pub limits: Limits,
     /// What it is granted.
     pub grants: GrantSpec,
+    /// Its configuration (`[config]`), values read when the job loaded; those from `env` or
+    /// `file` are secrets. Defaults to none.
+    pub config: BTreeMap<String, ConfigValue>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +176,11 @@ pub struct JobSpec {
 struct FileLimits {
     memory: Option<String>,
     run_timeout: Option<String>,
+    http_requests: Option<u32>,
+    http_connect_timeout: Option<String>,
+    http_first_byte_timeout: Option<String>,
+    http_between_bytes_timeout: Option<String>,
+    http_response_size: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +189,7 @@ struct FileGrants {
     data_dir: Option<PathBuf>,
     data_dir_read_only: Option<bool>,
     env: Option<BTreeMap<String, String>>,
+    allowed_outbound_hosts: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +206,7 @@ struct JobFile {
     history_size: Option<u32>,
     limits: Option<FileLimits>,
     grants: Option<FileGrants>,
+    config: Option<toml::Table>,
 }
 
 /// Parses a size such as `64MiB`, `512KiB`, `1GiB` or a number of bytes.
@@ -268,18 +307,47 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
         None => Limits {
             memory: DEFAULT_MEMORY,
             run_timeout: DEFAULT_RUN_TIMEOUT,
+            http: HttpLimits::default(),
         },
-        Some(l) => Limits {
-            memory: l
-                .memory
-                .as_deref()
-                .map(parse_size)
-                .transpose()
-                .map_err(|m| invalid("limits.memory", m))?
-                .unwrap_or(DEFAULT_MEMORY),
-            run_timeout: duration("limits.run_timeout", &l.run_timeout)?
-                .unwrap_or(DEFAULT_RUN_TIMEOUT),
-        },
+        Some(l) => {
+            let defaults = HttpLimits::default();
+            Limits {
+                memory: l
+                    .memory
+                    .as_deref()
+                    .map(parse_size)
+                    .transpose()
+                    .map_err(|m| invalid("limits.memory", m))?
+                    .unwrap_or(DEFAULT_MEMORY),
+                run_timeout: duration("limits.run_timeout", &l.run_timeout)?
+                    .unwrap_or(DEFAULT_RUN_TIMEOUT),
+                http: HttpLimits {
+                    requests: l.http_requests.unwrap_or(defaults.requests),
+                    connect_timeout: duration(
+                        "limits.http_connect_timeout",
+                        &l.http_connect_timeout,
+                    )?
+                    .unwrap_or(defaults.connect_timeout),
+                    first_byte_timeout: duration(
+                        "limits.http_first_byte_timeout",
+                        &l.http_first_byte_timeout,
+                    )?
+                    .unwrap_or(defaults.first_byte_timeout),
+                    between_bytes_timeout: duration(
+                        "limits.http_between_bytes_timeout",
+                        &l.http_between_bytes_timeout,
+                    )?
+                    .unwrap_or(defaults.between_bytes_timeout),
+                    response_size: l
+                        .http_response_size
+                        .as_deref()
+                        .map(parse_size)
+                        .transpose()
+                        .map_err(|m| invalid("limits.http_response_size", m))?
+                        .unwrap_or(defaults.response_size),
+                },
+            }
+        }
     };
     let base = toml_path.parent().unwrap_or(Path::new("."));
     let grants = match file.grants {
@@ -288,6 +356,13 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
             data_dir: g.data_dir.map(|d| base.join(d)),
             data_dir_read_only: g.data_dir_read_only.unwrap_or(false),
             env: g.env.unwrap_or_default(),
+            allowed_outbound_hosts: g
+                .allowed_outbound_hosts
+                .unwrap_or_default()
+                .iter()
+                .map(|entry| entry.parse::<AllowedHost>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| invalid("grants.allowed_outbound_hosts", e.to_string()))?,
         },
     };
     let name = toml_path
@@ -295,6 +370,14 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
         .and_then(|s| s.to_str())
         .ok_or_else(|| invalid("name", "the file name is not valid UTF-8".into()))?
         .to_owned();
+    let config = match &file.config {
+        None => BTreeMap::new(),
+        Some(table) => crate::config::read(table, base).map_err(|source| JobError::Config {
+            path: path.clone(),
+            job: name.clone(),
+            source,
+        })?,
+    };
     let wasm_path = toml_path.with_extension("wasm");
     if !wasm_path.is_file() {
         return Err(JobError::MissingComponent {
@@ -310,6 +393,7 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
         options,
         limits,
         grants,
+        config,
     })
 }
 
@@ -418,6 +502,69 @@ mod tests {
         std::fs::write(&p, "schedule = \"@hourly\"\n").expect("write");
         let msg = load_job(&p).unwrap_err().to_string();
         assert!(msg.contains("lonely.wasm"), "{msg}");
+    }
+
+    #[test]
+    fn outbound_grants_limits_and_config_are_read() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("token"), "t0ken-from-file\n").expect("write");
+        let toml = r#"
+            schedule = "@hourly"
+            [limits]
+            http_requests = 3
+            http_first_byte_timeout = "2s"
+            http_response_size = "1KiB"
+            [grants]
+            allowed_outbound_hosts = ["http://127.0.0.1:8080", "https://*.example.org"]
+            [config]
+            url = "http://127.0.0.1:8080/hook"
+            token = { file = "token" }
+        "#;
+        let job = load_job(&write(d.path(), "hook", toml)).expect("valid");
+        assert_eq!(job.limits.http.requests, 3);
+        assert_eq!(job.limits.http.first_byte_timeout, Duration::from_secs(2));
+        assert_eq!(job.limits.http.response_size, 1024);
+        assert_eq!(
+            job.limits.http.connect_timeout,
+            HttpLimits::default().connect_timeout
+        );
+        assert_eq!(job.grants.allowed_outbound_hosts.len(), 2);
+        assert_eq!(job.config["token"].expose(), "t0ken-from-file");
+        assert!(!format!("{job:?}").contains("t0ken"));
+    }
+
+    #[test]
+    fn a_malformed_allowed_host_names_the_file_the_key_and_the_entry() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(
+            d.path(),
+            "bad-host",
+            "schedule = \"@hourly\"\n[grants]\nallowed_outbound_hosts = [\"api.example.com\"]\n",
+        );
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("bad-host.toml")
+                && msg.contains("grants.allowed_outbound_hosts")
+                && msg.contains("\"api.example.com\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_job_the_key_and_the_source() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = write(
+            d.path(),
+            "secretive",
+            "schedule = \"@hourly\"\n[config]\ntoken = { env = \"BATON_JOBS_TEST_UNSET\" }\n",
+        );
+        let msg = load_job(&p).unwrap_err().to_string();
+        assert!(
+            msg.contains("job secretive")
+                && msg.contains("config.token")
+                && msg.contains("BATON_JOBS_TEST_UNSET"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -26,11 +26,14 @@ use baton_core::instance::{Handler, RunContext};
 
 mod attempt;
 mod bindings;
+pub mod config;
 mod disk_cache;
 pub mod engine;
 mod epoch;
+mod fence;
 pub mod jobs;
 pub mod log;
+pub mod outbound;
 mod state;
 
 pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
@@ -88,7 +91,7 @@ pub enum LoadError {
         message: String,
     },
     /// The component imports something the sandbox does not offer.
-    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host and baton:job/state (0.2.0; host alone at 0.1.0 for older jobs) and WASI 0.2 (cli, clocks, random, filesystem, io) only", path = .path.display())]
+    #[error("{path}: imports what Baton does not offer: {message}; a job may import baton:job/host and baton:job/state (0.2.0; host alone at 0.1.0 for older jobs), WASI 0.2 (cli, clocks, random, filesystem, io), wasi:http/outgoing-handler and wasi:config/store only", path = .path.display())]
     Imports {
         /// The file.
         path: PathBuf,
@@ -136,6 +139,9 @@ pub struct HostConfig {
     pub guest_threads: usize,
     /// Told the kind of every guest trap (see [`TrapSink`]). Defaults to none.
     pub trap_sink: Option<TrapSink>,
+    /// Told the outcome of every outbound request of a guest (see [`OutboundSink`]). Defaults to
+    /// none.
+    pub outbound_sink: Option<OutboundSink>,
     /// Where compiled components are kept across restarts, keyed by content and engine (see
     /// [`default_cache_dir`]). Defaults to none: every start compiles again.
     pub cache_dir: Option<PathBuf>,
@@ -161,6 +167,10 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 /// `division-by-zero`, `other` (another trap), `host` (a host call failed).
 pub type TrapSink = Arc<dyn Fn(&'static str) + Send + Sync>;
 
+/// Where the outcomes of guests' outbound requests go, e.g.
+/// [`baton_core::metrics::Metrics::outbound_request`]: `sent`, `denied`, `fenced`, `failed`.
+pub type OutboundSink = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
@@ -170,6 +180,7 @@ impl Default for HostConfig {
                 .unwrap_or(2)
                 .max(2),
             trap_sink: None,
+            outbound_sink: None,
             cache_dir: None,
         }
     }
@@ -183,6 +194,7 @@ struct HostInner {
     guest_handle: tokio::runtime::Handle,
     log_sink: LogSink,
     trap_sink: Option<TrapSink>,
+    outbound_sink: Option<OutboundSink>,
     running: AtomicUsize,
 }
 
@@ -233,6 +245,7 @@ impl WasmHost {
                 guests: Some(guests),
                 log_sink: config.log_sink,
                 trap_sink: config.trap_sink,
+                outbound_sink: config.outbound_sink,
                 running: AtomicUsize::new(0),
             }),
         })
@@ -288,6 +301,11 @@ impl WasmHost {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
+                outbound: outbound::Outbound {
+                    allowed: spec.grants.allowed_outbound_hosts.clone(),
+                    limits: spec.limits.http.clone(),
+                },
+                config: spec.config.clone(),
             }),
             running: Arc::new(AtomicUsize::new(0)),
         })
@@ -366,7 +384,8 @@ impl Handler for WasmJob {
         let host = self.host.inner.clone();
         let component = self.component.clone();
         let sandbox = self.sandbox.clone();
-        let log = log::AttemptLog::new(&ctx.job, ctx.slot, ctx.attempt, host.log_sink.clone());
+        let log = log::AttemptLog::new(&ctx.job, ctx.slot, ctx.attempt, host.log_sink.clone())
+            .redacting(config::Redactor::new(sandbox.config.values()));
         let (job, slot, attempt) = (ctx.job.clone(), ctx.slot, ctx.attempt);
         let _watch = host
             .watchdog
@@ -385,6 +404,7 @@ impl Handler for WasmJob {
                     log,
                     ctx,
                     host.trap_sink.as_ref(),
+                    host.outbound_sink.as_ref(),
                     || running = Some(Running::start(host.clone(), job_running)),
                 )
                 .await;

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+use crate::config::Redactor;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 /// How many bytes of log lines, stdout and stderr together, one attempt may write: 64 KiB.
@@ -133,6 +135,7 @@ pub(crate) struct AttemptLog {
     attempt: u32,
     sink: LogSink,
     state: Arc<Mutex<State>>,
+    redactor: Arc<Redactor>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,10 +157,27 @@ impl AttemptLog {
                 stderr: Vec::new(),
                 stderr_tail: Vec::new(),
             })),
+            redactor: Arc::new(Redactor::default()),
+        }
+    }
+
+    /// The same log, with these secrets replaced by `[redacted]` in every line.
+    pub(crate) fn redacting(mut self, redactor: Redactor) -> Self {
+        self.redactor = Arc::new(redactor);
+        self
+    }
+
+    /// `text` with the job's secrets replaced by `[redacted]`.
+    pub(crate) fn redact(&self, text: String) -> String {
+        if self.redactor.is_empty() {
+            text
+        } else {
+            self.redactor.redact(&text)
         }
     }
 
     fn emit_unbudgeted(&self, source: LineSource, message: String) {
+        let message = self.redact(message);
         (self.sink)(&GuestLine {
             job: self.job.to_string(),
             slot: self.slot,
@@ -186,6 +206,12 @@ impl AttemptLog {
         for line in message.lines() {
             self.line(&mut state, LineSource::Log(level), line.as_bytes());
         }
+    }
+
+    /// A line from the host about the attempt (e.g. a refused request), under the budget.
+    pub(crate) fn host(&self, message: &str) {
+        let mut state = lock(&self.state);
+        self.line(&mut state, LineSource::Host, message.as_bytes());
     }
 
     /// Bytes written to stdout or stderr: complete lines are emitted, the rest waits.

@@ -88,8 +88,10 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
         .watch_operations(baton_core::operate::OPERATIONS_POLL)
         .context("starting the watch of operators' actions")?;
     let metrics = instance.metrics();
+    let requests = metrics.clone();
     let host = WasmHost::new(HostConfig {
         trap_sink: Some(Arc::new(move |kind| metrics.guest_trap(kind))),
+        outbound_sink: Some(Arc::new(move |outcome| requests.outbound_request(outcome))),
         cache_dir: args.cache_dir.clone(),
         ..HostConfig::default()
     })

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::{
-    lock, AbortReason, ActiveAttempt, EventKind, Inner, Job, LeaseDeadline, RunContext, Signal,
+    lock, AbortReason, ActiveAttempt, BootTime, EventKind, Inner, Job, LeaseDeadline, RunContext,
+    Signal,
 };
 use crate::lease::{ClaimKind, Finish, HeartbeatOutcome, Lease, RunState, TokenOutcome};
 
@@ -211,6 +212,7 @@ async fn renew_late_claim(
     let give_up = Instant::now() + patience;
     loop {
         let sent = Instant::now();
+        let sent_on_lease_clock = BootTime::now();
         let left = give_up.saturating_duration_since(sent);
         if left.is_zero() {
             break;
@@ -220,7 +222,7 @@ async fn renew_late_claim(
             .heartbeat(name, slot, lease.token, job.options.lease);
         match tokio::time::timeout(left, inner.observed(renewal)).await {
             Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
-                deadline.extend(sent + job.options.lease);
+                deadline.extend_to(sent_on_lease_clock.after(job.options.lease));
                 if !deadline.has_passed() {
                     return true;
                 }
@@ -309,10 +311,12 @@ fn fence(inner: &Inner, job: &str, slot: i64, lease: &Lease, signal: &Signal, wh
     inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), reason);
 }
 
-/// Resolves when the local lease deadline has passed (it may move forward meanwhile).
+/// Resolves when the local lease deadline has passed (it may move forward meanwhile). The timer
+/// runs on the monotonic clock, which stands still while the machine is suspended, so it wakes
+/// at least every [`FENCE_CHECK`] to read the deadline's own clock, which does not.
 async fn fence_timer(deadline: &LeaseDeadline) {
     loop {
-        let at = deadline.get();
+        let at = deadline.get().min(Instant::now() + FENCE_CHECK);
         tokio::time::sleep_until(at.into()).await;
         if deadline.has_passed() {
             return;
@@ -357,6 +361,7 @@ async fn heartbeat_loop(
         );
         tokio::spawn(async move {
             let sent = Instant::now();
+            let sent_on_lease_clock = BootTime::now();
             let patience = deadline.get().saturating_duration_since(sent);
             let call = inner
                 .store
@@ -368,7 +373,7 @@ async fn heartbeat_loop(
             match answer {
                 Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
                     if renewing.load(Ordering::Acquire) {
-                        deadline.extend(sent + job.options.lease);
+                        deadline.extend_to(sent_on_lease_clock.after(job.options.lease));
                     }
                 }
                 Ok(Ok(HeartbeatOutcome::Lost(state))) => {
@@ -390,6 +395,10 @@ async fn heartbeat_loop(
         });
     }
 }
+
+/// How often at most a running attempt reads its lease deadline while waiting for it: 1 s, so
+/// a runner woken from a suspend fences itself within a second.
+const FENCE_CHECK: Duration = Duration::from_secs(1);
 
 /// How many heartbeats of one attempt may wait for an answer at once: 3.
 const MAX_IN_FLIGHT: usize = 3;

@@ -160,8 +160,13 @@ impl Signal {
     }
 }
 
-/// The instant until which an attempt's lease is certainly alive, on the monotonic clock: the
-/// send time of the last renewed heartbeat (or of the winning claim) plus the lease.
+/// The instant until which an attempt's lease is certainly alive: the send time of the last
+/// renewed heartbeat (or of the winning claim) plus the lease.
+///
+/// It is kept on a clock that keeps running while the machine is suspended or its VM paused
+/// (`CLOCK_BOOTTIME` on Linux; the monotonic clock elsewhere), so a runner woken from a suspend
+/// sees its lease passed at once, where the monotonic clock, which stood still, would not. The
+/// API takes and gives [`Instant`]s, converted at the moment of the call.
 #[derive(Clone)]
 pub struct LeaseDeadline {
     nanos: Arc<AtomicU64>,
@@ -172,31 +177,95 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
+/// A reading of the clock that lease deadlines are kept on: nanoseconds since an arbitrary
+/// start, counting the time the machine was suspended (`CLOCK_BOOTTIME` on Linux).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BootTime(u64);
+
+impl BootTime {
+    /// Now.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn now() -> BootTime {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists since Linux 2.6.39.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        if rc != 0 {
+            return BootTime::monotonic();
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+        BootTime(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
+
+    /// Now.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub fn now() -> BootTime {
+        BootTime::monotonic()
+    }
+
+    fn monotonic() -> BootTime {
+        BootTime(u64::try_from(base().elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The reading `d` later.
+    pub fn after(self, d: Duration) -> BootTime {
+        BootTime(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// The reading at `at`, converted through the two clocks' readings now.
+    fn of(at: Instant) -> BootTime {
+        let (boot, mono) = (BootTime::now(), Instant::now());
+        match at.checked_duration_since(mono) {
+            Some(ahead) => boot.after(ahead),
+            None => BootTime(boot.0.saturating_sub(
+                u64::try_from(mono.duration_since(at).as_nanos()).unwrap_or(u64::MAX),
+            )),
+        }
+    }
+}
+
 impl LeaseDeadline {
     /// A deadline at `at`. The instance makes one per attempt; hosts and tests that run a
     /// handler on their own make their own.
     pub fn new(at: Instant) -> Self {
-        let d = LeaseDeadline {
-            nanos: Arc::new(AtomicU64::new(0)),
-        };
-        d.extend(at);
-        d
+        LeaseDeadline::at(BootTime::of(at))
     }
 
-    /// The deadline.
+    /// A deadline at a reading of the lease clock.
+    pub fn at(at: BootTime) -> Self {
+        LeaseDeadline {
+            nanos: Arc::new(AtomicU64::new(at.0)),
+        }
+    }
+
+    /// The deadline, as an instant of the monotonic clock (at or before now once it passed).
     pub fn get(&self) -> Instant {
-        base() + Duration::from_nanos(self.nanos.load(Ordering::Acquire))
+        let at = self.nanos.load(Ordering::Acquire);
+        let (boot, mono) = (BootTime::now(), Instant::now());
+        if at >= boot.0 {
+            mono + Duration::from_nanos(at - boot.0)
+        } else {
+            mono.checked_sub(Duration::from_nanos(boot.0 - at))
+                .unwrap_or(mono)
+        }
     }
 
-    /// Whether the deadline has passed.
+    /// Whether the deadline has passed, on the clock that runs through suspends.
     pub fn has_passed(&self) -> bool {
-        Instant::now() >= self.get()
+        BootTime::now().0 >= self.nanos.load(Ordering::Acquire)
     }
 
-    /// Moves the deadline to `at` if that is later.
-    pub(crate) fn extend(&self, at: Instant) {
-        let n = u64::try_from(at.saturating_duration_since(base()).as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.fetch_max(n, Ordering::AcqRel);
+    /// Moves the deadline to `at` if that is later. A renewal measured from a [`BootTime`]
+    /// read when the heartbeat was sent stays right even if the machine was suspended while
+    /// the heartbeat was on its way.
+    pub(crate) fn extend_to(&self, at: BootTime) {
+        self.nanos.fetch_max(at.0, Ordering::AcqRel);
     }
 }
 
@@ -257,4 +326,37 @@ where
     Fut: Future<Output = Result<(), String>> + Send + 'static,
 {
     Arc::new(FnHandler(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_deadline_is_kept_on_the_boot_clock_and_only_moves_forward() {
+        let d = LeaseDeadline::new(Instant::now() + Duration::from_secs(10));
+        assert!(!d.has_passed());
+        let left = d.get().saturating_duration_since(Instant::now());
+        assert!(
+            left > Duration::from_secs(9) && left <= Duration::from_secs(10),
+            "{left:?}"
+        );
+        d.extend_to(BootTime::now());
+        assert!(!d.has_passed(), "an earlier renewal does not move it back");
+        d.extend_to(BootTime::now().after(Duration::from_secs(20)));
+        assert!(d.get() > Instant::now() + Duration::from_secs(19));
+        let passed = LeaseDeadline::at(BootTime::now());
+        assert!(passed.has_passed());
+        assert!(passed.get() <= Instant::now());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_boot_clock_runs_at_least_as_far_as_the_monotonic_one() {
+        let (b0, m0) = (BootTime::now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (b1, m1) = (BootTime::now(), Instant::now());
+        let boot = Duration::from_nanos(b1.0 - b0.0);
+        assert!(boot + Duration::from_millis(1) >= m1 - m0, "{boot:?}");
+    }
 }

@@ -23,7 +23,7 @@ mod job;
 mod operations;
 
 pub use events::{Event, EventKind};
-pub use handler::{handler_fn, AbortReason, Handler, LeaseDeadline, RunContext, Signal};
+pub use handler::{handler_fn, AbortReason, BootTime, Handler, LeaseDeadline, RunContext, Signal};
 
 /// How long a handler may take to end once its signal aborts at the stop timeout before its
 /// lease is left to run out instead of released: 500 ms.
