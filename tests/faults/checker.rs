@@ -97,10 +97,14 @@ pub struct JobSpec {
     /// Its `catch_up` window, ms: a runner that starts claims the latest missed slot if it was
     /// due less than this long ago.
     pub catch_up: i64,
+    /// Its `max_late`, ms: the store answers a claim `late` past it plus 10 s.
+    pub max_late: i64,
 }
 
 /// The spec's default `catch_up`: 5 minutes.
 pub const DEFAULT_CATCH_UP_MS: i64 = 300_000;
+/// Baton's default `max_late`: 30 s.
+pub const DEFAULT_MAX_LATE_MS: i64 = 30_000;
 
 /// A span of time, for one runner or for all of them.
 #[derive(Clone, Debug)]
@@ -157,6 +161,8 @@ pub struct Input {
     pub state: Vec<crate::state_writes::StateRecord>,
     /// The jobs that write state: each that succeeded must have written some.
     pub state_jobs: Vec<String>,
+    /// The attempts that faults whose point is a takeover hit (see [`rules::FORCED_TAKEOVER`]).
+    pub hits: Vec<Hit>,
 }
 
 /// A broken rule, with what shows it.
@@ -191,6 +197,20 @@ pub mod rules {
     /// is taken over within lease + 2 × heartbeat of the moment the store could be reached
     /// again.
     pub const TAKEN_OVER: &str = "a died attempt is taken over";
+    /// A fault whose point is a takeover (a `kill -9`, a freeze) hit a running attempt with
+    /// attempts left; another runner took the run over, and the run ended `success` there.
+    pub const FORCED_TAKEOVER: &str = "a fault on a running attempt forces a takeover";
+}
+
+/// An attempt a fault hit: the scenario saw it start on `runner` and then killed or froze it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    /// The job.
+    pub job: String,
+    /// The slot.
+    pub slot: i64,
+    /// The runner that held it.
+    pub runner: String,
 }
 
 /// The figures of one scenario, for the report.
@@ -358,6 +378,8 @@ pub fn check(input: &Input) -> (Vec<Violation>, Figures) {
         figures.fenced += usize::from(a.outcome.as_deref() == Some("died"));
     }
     zombies(input, &mut v, &mut figures);
+    forced_takeovers(input, &mut v);
+    crate::accounts::check(input, &mut v);
     figures.state_records = crate::state_writes::check(input, &mut v);
     (v, figures)
 }
@@ -911,6 +933,55 @@ fn zombies(input: &Input, v: &mut Vec<Violation>, figures: &mut Figures) {
     }
 }
 
+/// Every hit attempt was taken over by another runner, and its run ended `success` on a runner
+/// other than the one hit: a fault that produced no takeover fails the scenario rather than
+/// passing unseen.
+fn forced_takeovers(input: &Input, v: &mut Vec<Violation>) {
+    for hit in &input.hits {
+        let run = input
+            .runs
+            .iter()
+            .find(|r| r.job == hit.job && r.slot == hit.slot);
+        let problem = match run {
+            None => Some("the store has no such run".to_owned()),
+            Some(run) => {
+                let k = run.attempts.iter().position(|a| a.runner == hit.runner);
+                let later = k.and_then(|k| run.attempts.get(k + 1));
+                let last = run.attempts.last().map(|a| a.runner.as_str());
+                match (k, later) {
+                    (None, _) => Some(format!("no attempt of the run was on {}", hit.runner)),
+                    (Some(_), None) => {
+                        Some(format!("no attempt followed; the run ended {}", run.status))
+                    }
+                    (Some(_), Some(next)) if next.runner == hit.runner => {
+                        Some(format!("the next attempt was on {} again", hit.runner))
+                    }
+                    _ if run.status != "success" || last == Some(hit.runner.as_str()) => {
+                        Some(format!(
+                            "the run ended {} on {}",
+                            run.status,
+                            last.unwrap_or("no runner")
+                        ))
+                    }
+                    _ => None,
+                }
+            }
+        };
+        if let Some(problem) = problem {
+            v.push(Violation {
+                rule: rules::FORCED_TAKEOVER,
+                detail: format!(
+                    "{} slot {}, hit on {}: {problem};{}",
+                    hit.job,
+                    hit.slot,
+                    hit.runner,
+                    story(input, &hit.job, hit.slot)
+                ),
+            });
+        }
+    }
+}
+
 /// How long after each fault `(runner, at)` the run that runner held was taken over: the next
 /// attempt's start minus the fault's time, for faults whose run was taken over (not
 /// interrupted by a newer slot).
@@ -930,13 +1001,32 @@ pub fn takeover_times(runs: &[Run], faults: &[(String, i64)]) -> Vec<i64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The checker must be able to fail: each test feeds it a hand-made history that breaks one
     //! rule, and a clean one that breaks none.
 
     use super::*;
 
-    fn attempt(n: u32, runner: &str, from: i64, to: Option<i64>, outcome: Option<&str>) -> Attempt {
+    /// The checker without the invariants that hold the runners' logs to the store
+    /// (`accounts.rs`, with bad histories of their own): these histories log only what their
+    /// rule needs.
+    fn check(input: &Input) -> (Vec<Violation>, Figures) {
+        let (v, f) = super::check(input);
+        let others = v
+            .into_iter()
+            .filter(|v| !crate::accounts::RULES.contains(&v.rule))
+            .collect();
+        (others, f)
+    }
+
+    /// Attempt `n` of job `j` on `runner`, from `from` to `to`.
+    pub(crate) fn attempt(
+        n: u32,
+        runner: &str,
+        from: i64,
+        to: Option<i64>,
+        outcome: Option<&str>,
+    ) -> Attempt {
         Attempt {
             attempt: n,
             runner: runner.into(),
@@ -948,7 +1038,8 @@ mod tests {
         }
     }
 
-    fn run(slot: i64, status: &str, lease_end: i64, attempts: Vec<Attempt>) -> Run {
+    /// A run of job `j`.
+    pub(crate) fn run(slot: i64, status: &str, lease_end: i64, attempts: Vec<Attempt>) -> Run {
         Run {
             job: "j".into(),
             slot,
@@ -966,6 +1057,7 @@ mod tests {
                 max_attempts: 2,
                 well_behaved: false,
                 catch_up: DEFAULT_CATCH_UP_MS,
+                max_late: DEFAULT_MAX_LATE_MS,
             }],
             runs,
             window: (10_000, 12_000),
@@ -1386,6 +1478,48 @@ mod tests {
             vec![attempt(1, "b", 15_000, Some(15_100), Some("success"))],
         ));
         assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    fn hit(slot: i64, runner: &str) -> Hit {
+        Hit {
+            job: "j".into(),
+            slot,
+            runner: runner.into(),
+        }
+    }
+
+    #[test]
+    fn a_hit_attempt_taken_over_and_ended_success_elsewhere_keeps_the_forced_takeover_rule() {
+        let mut i = input(clean());
+        i.hits.push(hit(12_000, "a"));
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_kill_that_produced_no_takeover_breaks_the_forced_takeover_rule() {
+        // The killed run was interrupted by a newer slot instead of taken over.
+        let mut i = input(clean());
+        i.runs[1].status = "interrupted".into();
+        i.runs[1].attempts.truncate(1);
+        i.hits.push(hit(12_000, "a"));
+        assert!(
+            broken(&i).contains(&rules::FORCED_TAKEOVER),
+            "{:?}",
+            broken(&i)
+        );
+        // The fault hit an attempt that finished by itself: nothing was taken over.
+        let mut i = input(clean());
+        i.hits.push(hit(11_000, "a"));
+        assert_eq!(broken(&i), [rules::FORCED_TAKEOVER]);
+        // The run was taken over but ended on the hit runner again.
+        let mut i = input(clean());
+        i.runs[1].attempts[1].runner = "a".into();
+        i.hits.push(hit(12_000, "a"));
+        assert!(
+            broken(&i).contains(&rules::FORCED_TAKEOVER),
+            "{:?}",
+            broken(&i)
+        );
     }
 
     #[test]

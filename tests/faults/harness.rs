@@ -6,15 +6,15 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use baton_tests::process::baton;
+use baton_tests::process::{baton, baton_command};
 use baton_tests::proxy::{Mode, Proxy};
 use baton_tests::servers::{self, Server};
 
-use crate::checker::{self, Event, Input, JobSpec, Span};
+use crate::checker::{self, Event, Hit, Input, JobSpec, Span};
 
 /// Every job's lease: 1 s.
 pub const LEASE_MS: i64 = 1_000;
@@ -110,6 +110,7 @@ pub fn effects_job(
             max_attempts: 3,
             well_behaved,
             catch_up: checker::DEFAULT_CATCH_UP_MS,
+            max_late: checker::DEFAULT_MAX_LATE_MS,
         },
         guest: env!("GUEST_SIDE_EFFECT"),
         toml: format!(
@@ -141,11 +142,34 @@ pub fn state_job(name: &str, period_s: i64, steps: u32, step_ms: u32) -> Job {
             max_attempts: 3,
             well_behaved: true,
             catch_up: checker::DEFAULT_CATCH_UP_MS,
+            max_late: checker::DEFAULT_MAX_LATE_MS,
         },
         guest: env!("GUEST_STATE_WRITER"),
         toml: format!(
             "schedule = \"{}\"\n[grants]\nenv = {{ STEPS = \"{steps}\", STEP_MS = \"{step_ms}\" }}\n",
             every(period_s)
+        ),
+    }
+}
+
+/// The HTTP guest every 3 s: 60 steps, 20 ms apart, each appending a line
+/// (`<slot> <attempt> <wall-clock ms> <n>`) to `writes.log` in its data directory and then
+/// sending a `GET` to `url`, whose origin its job file allows.
+pub fn probe_job(name: &str, origin: &str) -> Job {
+    Job {
+        spec: JobSpec {
+            name: name.into(),
+            period: 3_000,
+            max_attempts: 3,
+            well_behaved: true,
+            catch_up: checker::DEFAULT_CATCH_UP_MS,
+            max_late: checker::DEFAULT_MAX_LATE_MS,
+        },
+        guest: env!("GUEST_HTTP_PROBE"),
+        toml: format!(
+            "schedule = \"{}\"\n[grants]\ndata_dir = \"data/{name}\"\nallowed_outbound_hosts = [\"{origin}\"]\n\
+             env = {{ URLS = \"{origin}/{name}\", REPEAT = \"60\", INTERVAL_MS = \"20\", KEEP_GOING = \"1\", WRITE = \"1\" }}\n",
+            every(3)
         ),
     }
 }
@@ -158,6 +182,7 @@ fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) 
             max_attempts: 3,
             well_behaved: false,
             catch_up: checker::DEFAULT_CATCH_UP_MS,
+            max_late: checker::DEFAULT_MAX_LATE_MS,
         },
         guest,
         toml: format!("schedule = \"{}\"\n{extra}\n", every(period_s)),
@@ -355,6 +380,15 @@ pub struct Fault {
     pub at: i64,
 }
 
+/// The moment a frozen runner was woken, just before its `SIGCONT`.
+#[derive(Clone, Copy, Debug)]
+pub struct Woken {
+    /// On the monotonic clock (as the HTTP server records a request).
+    pub instant: Instant,
+    /// On the machine's wall clock, ms (as a guest writes it).
+    pub at: i64,
+}
+
 /// One scenario's cluster.
 pub struct Cluster {
     /// The store's kind.
@@ -382,6 +416,8 @@ pub struct Cluster {
     pub frozen_holding_the_file: bool,
     /// Faults after which a backup takes over within the stop timeout + 2 × heartbeat.
     pub hand_overs: Vec<Fault>,
+    /// The attempts that faults whose point is a takeover hit.
+    hits: Vec<Hit>,
 }
 
 impl Cluster {
@@ -421,6 +457,7 @@ impl Cluster {
             deaths: Vec::new(),
             frozen_holding_the_file: false,
             hand_overs: Vec::new(),
+            hits: Vec::new(),
         }
     }
 
@@ -436,18 +473,13 @@ impl Cluster {
             url = format!("{url}{sep}timeout={timeout}");
         }
         let jobs = self.dir.path().join("jobs").display().to_string();
-        let mut cmd = Command::new(baton_tests::baton_binary());
+        let mut cmd = baton_command();
         if let Some((offset, skew)) = options.faketime {
             self.skew.insert(id.to_owned(), skew);
             // Preloaded into `baton` itself rather than through the `faketime` command, which
             // forks: the runner stays this process's child, so `kill -9` (and the death of the
             // test process) reaches it, not only the wrapper.
             cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
-        }
-        for (key, _) in std::env::vars() {
-            if key.starts_with("BATON_") {
-                cmd.env_remove(key);
-            }
         }
         cmd.args(["run", "--jobs", &jobs, "--store", &url, "--runner", id])
             .args(["--namespace", &self.namespace, "--log-format", "json"])
@@ -618,12 +650,13 @@ impl Cluster {
         self.disturb(from, to + 1_000);
     }
 
-    /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`.
+    /// `SIGSTOP` runner `i`, for `for_ms`, then `SIGCONT`; returns the moment just before the
+    /// `SIGCONT`: whatever the runner does after it, it does after waking.
     ///
     /// On SQLite the runner may be stopped inside one of its transactions, holding the file's
     /// write lock: then every runner's call waits until it wakes, the store is out of reach for
     /// all of them meanwhile (an outage), and a takeover can only count from the wake.
-    pub async fn freeze(&mut self, i: usize, for_ms: u64) {
+    pub async fn freeze(&mut self, i: usize, for_ms: u64) -> Woken {
         let from = now_ms();
         self.runners[i].signal(libc::SIGSTOP);
         let held = match &self.store {
@@ -636,6 +669,10 @@ impl Cluster {
             _ => false,
         };
         tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        let woken = Woken {
+            instant: Instant::now(),
+            at: now_ms(),
+        };
         self.runners[i].signal(libc::SIGCONT);
         let to = now_ms();
         let runner = self.id(i);
@@ -655,6 +692,12 @@ impl Cluster {
         let at = if held { to } else { from };
         self.deaths.push(Fault { runner, at });
         self.disturb(from - 1_000, to + 2_000);
+        woken
+    }
+
+    /// The data directory granted to `job` (`data/<job>` beside the job files).
+    pub fn data_dir(&self, job: &str) -> PathBuf {
+        self.dir.path().join("jobs").join("data").join(job)
     }
 
     /// `SIGTERM` runner `i` and waits for it to exit (hand-over).
@@ -899,7 +942,19 @@ impl Cluster {
                 .filter(|j| j.guest == env!("GUEST_STATE_WRITER"))
                 .map(|j| j.spec.name.clone())
                 .collect(),
+            hits: self.hits.clone(),
         }
+    }
+
+    /// Records that a fault whose point is a takeover hits the attempt that `started` (a
+    /// `started` line): the checker fails the scenario unless another runner takes it over and
+    /// the run ends `success` there.
+    pub fn hit(&mut self, started: &Event) {
+        self.hits.push(Hit {
+            job: started.job.clone().expect("a started line names its job"),
+            slot: started.slot.expect("a started line names its slot"),
+            runner: started.runner.clone(),
+        });
     }
 }
 

@@ -12,6 +12,7 @@
 //! one backend, `BATON_FAULTS_SCENARIO=partition` the scenarios whose name contains that, and
 //! `BATON_FAULTS_DEBUG=1` prints the story of every run with a died attempt.
 
+mod accounts;
 mod checker;
 mod failover;
 mod harness;
@@ -39,6 +40,52 @@ pub(crate) fn machine_shared() -> RwLockReadGuard<'static, ()> {
     MACHINE.read().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The backends `BATON_FAULTS_ONLY` names (one name), or all.
+fn chosen_backends() -> Vec<Backend> {
+    chosen(
+        "BATON_FAULTS_ONLY",
+        &Backend::ALL,
+        Backend::name,
+        |name, only| name == only,
+    )
+}
+
+/// The scenarios whose name contains `BATON_FAULTS_SCENARIO`, or all.
+fn chosen_scenarios() -> Vec<Scenario> {
+    chosen(
+        "BATON_FAULTS_SCENARIO",
+        &Scenario::ALL,
+        Scenario::name,
+        |name, only| name.contains(only),
+    )
+}
+
+/// The items of `all` whose name `picks` the value of environment variable `var`, or all when
+/// it is unset; panics, listing the names, when it picks none, so a typo cannot run nothing
+/// and pass.
+fn chosen<T: Copy>(
+    var: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    picks: fn(&str, &str) -> bool,
+) -> Vec<T> {
+    let Ok(only) = std::env::var(var) else {
+        return all.to_vec();
+    };
+    let chosen: Vec<T> = all
+        .iter()
+        .copied()
+        .filter(|t| picks(name(*t), &only))
+        .collect();
+    let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
+    assert!(
+        !chosen.is_empty(),
+        "{var}={only:?} picks nothing; the names are: {}",
+        names.join(", ")
+    );
+    chosen
+}
+
 /// Runs every scenario of one backend, one after the other.
 fn backend_rows(backend: Backend) -> Vec<report::Row> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -47,9 +94,7 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
         .build()
         .expect("a runtime");
     let mut rows = Vec::new();
-    let only = std::env::var("BATON_FAULTS_SCENARIO").ok();
-    let chosen = |s: &Scenario| only.as_deref().is_none_or(|o| s.name().contains(o));
-    for scenario in Scenario::ALL.into_iter().filter(chosen) {
+    for scenario in chosen_scenarios() {
         if let Some(why) = scenario.not_applicable(backend) {
             rows.push(report::not_applicable(scenario, backend, why));
             continue;
@@ -88,12 +133,12 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
 fn every_fault_on_every_store_keeps_every_rule_of_the_spec() {
     let _alone = machine_alone();
     let started = Instant::now();
+    chosen_scenarios();
+    let backends = chosen_backends();
     // Build the binary once before the threads race for it.
     baton_tests::baton_binary();
-    let only = std::env::var("BATON_FAULTS_ONLY").ok();
-    let handles: Vec<_> = Backend::ALL
+    let handles: Vec<_> = backends
         .into_iter()
-        .filter(|b| only.as_deref().is_none_or(|o| o == b.name()))
         .map(|b| std::thread::spawn(move || backend_rows(b)))
         .collect();
     let mut rows = Vec::new();

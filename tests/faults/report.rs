@@ -137,7 +137,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  note",
+        "{:<18} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  note",
         "scenario",
         "backend",
         "runs",
@@ -156,7 +156,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
             let na = "n/a";
             let _ = writeln!(
                 out,
-                "{:<14} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>17} {na:>12} {na:>10} {na:>10}  {}",
+                "{:<18} {:<9} {na:>5} {na:>9} {na:>10} {na:>6} {na:>10}  {na:<26} {na:>17} {na:>12} {na:>10} {na:>10}  {}",
                 r.scenario.name(),
                 r.backend.name(),
                 r.note
@@ -165,7 +165,7 @@ pub fn render(rows: &[Row], took: std::time::Duration) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  {}",
+            "{:<18} {:<9} {:>5} {:>9} {:>10} {:>6} {:>10}  {:<26} {:>17} {:>12} {:>10} {:>10}  {}",
             r.scenario.name(),
             r.backend.name(),
             r.figures.runs,

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use crate::checker::{Input, Violation};
+use crate::checker::{Event, Input, Violation};
 use crate::harness::{
-    effects_job, misbehaving, now_ms, well_behaved, Backend, Cluster, Fault, Job, RunnerOptions,
+    effects_job, misbehaving, now_ms, probe_job, well_behaved, Backend, Cluster, Fault, Job,
+    RunnerOptions,
 };
+use baton_tests::http_server::Server;
 
 /// A fault scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +17,9 @@ pub enum Scenario {
     Kill,
     /// `SIGSTOP` of the runner mid-attempt for 2.5 s (longer than the lease), then `SIGCONT`.
     Freeze,
+    /// The same with a job that sends an HTTP request and writes a file every 20 ms: once woken
+    /// after the takeover, the frozen runner makes no request and no write.
+    FreezeEffects,
     /// `SIGTERM` of the runner mid-attempt: hand-over.
     Terminate,
     /// The store stopped for 2.5 s mid-attempt and started again.
@@ -69,9 +74,10 @@ const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Kill,
         Scenario::Freeze,
+        Scenario::FreezeEffects,
         Scenario::Terminate,
         Scenario::StoreRestart,
         Scenario::Partition,
@@ -86,6 +92,7 @@ impl Scenario {
         match self {
             Scenario::Kill => "kill -9",
             Scenario::Freeze => "SIGSTOP 2.5s",
+            Scenario::FreezeEffects => "SIGSTOP http+files",
             Scenario::Terminate => "SIGTERM",
             Scenario::StoreRestart => "store restart",
             Scenario::Partition => "partition",
@@ -121,11 +128,25 @@ impl Scenario {
             jobs.extend(misbehaving());
             jobs
         };
+        let server = match self {
+            Scenario::FreezeEffects => Some(Server::start().await),
+            _ => None,
+        };
         let mut c = match self {
-            Scenario::LateClaim => Cluster::new(
-                backend,
-                vec![effects_job("late", 1, 1, 1, "max_late = \"0s\"", false)],
-            ),
+            Scenario::FreezeEffects => {
+                let mut jobs = well_behaved();
+                let origin = server
+                    .as_ref()
+                    .map(|s| s.origin.as_str())
+                    .unwrap_or_default();
+                jobs.push(probe_job("probe", origin));
+                Cluster::new(backend, jobs)
+            }
+            Scenario::LateClaim => {
+                let mut late = effects_job("late", 1, 1, 1, "max_late = \"0s\"", false);
+                late.spec.max_late = 0;
+                Cluster::new(backend, vec![late])
+            }
             Scenario::Latency | Scenario::ClockSkew => Cluster::new(backend, well_behaved()),
             Scenario::AllDown => Cluster::new(backend, catch_up_jobs()),
             _ => Cluster::new(backend, with_neighbours()),
@@ -134,11 +155,11 @@ impl Scenario {
             Scenario::Kill => {
                 c.start(3).await;
                 for n in 4..=5 {
-                    let (i, _) = c.next_attempt("effects").await;
+                    let (i, started) = c.next_attempt("effects").await;
                     tokio::time::sleep(MID_ATTEMPT).await;
-                    let at = now_ms();
+                    c.hit(&started);
                     c.kill(i);
-                    recovered(&c, at).await;
+                    taken_over(&c, &started).await;
                     c.start_runner(&format!("r{n}"), RunnerOptions::default())
                         .await;
                 }
@@ -146,9 +167,10 @@ impl Scenario {
             }
             Scenario::Freeze => {
                 c.start(3).await;
-                let (i, _) = c.next_attempt("effects").await;
+                let (i, started) = c.next_attempt("effects").await;
                 tokio::time::sleep(MID_ATTEMPT).await;
                 let at = now_ms();
+                c.hit(&started);
                 c.freeze(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
                 let id = c.id(i);
                 let lost = c
@@ -160,8 +182,15 @@ impl Scenario {
                 if c.frozen_holding_the_file {
                     note.push_str("; it was frozen holding the file's write lock");
                 }
-                recovered(&c, at).await;
+                taken_over(&c, &started).await;
                 next_success(&c).await;
+            }
+            Scenario::FreezeEffects => {
+                if let Some(server) = &server {
+                    let (n, violation) = zombie_effects(&mut c, server).await;
+                    note = n;
+                    extra.extend(violation);
+                }
             }
             Scenario::Terminate => {
                 c.start(3).await;
@@ -304,12 +333,12 @@ impl Scenario {
                 .await;
                 c.open_window();
                 for _ in 0..2 {
-                    let (i, _) = c.next_attempt("effects").await;
+                    let (i, started) = c.next_attempt("effects").await;
                     tokio::time::sleep(MID_ATTEMPT).await;
-                    let at = now_ms();
                     let id = c.id(i);
+                    c.hit(&started);
                     c.kill(i);
-                    recovered(&c, at).await;
+                    taken_over(&c, &started).await;
                     c.start_runner(&format!("{id}-again"), skewed_like(&id))
                         .await;
                 }
@@ -375,7 +404,8 @@ fn skewed_like(id: &str) -> RunnerOptions {
     }
 }
 
-/// Waits until the run hit at `at` was taken over or interrupted (or a newer one won).
+/// Waits until the run hit at `at` was taken over or interrupted (or a newer one won): after a
+/// hand-over, a backup may start a newer slot first.
 async fn recovered(c: &Cluster, at: i64) {
     c.wait_event(WAIT, "a takeover, an interruption or a newer win", |e| {
         e.job.as_deref() == Some("effects")
@@ -383,6 +413,80 @@ async fn recovered(c: &Cluster, at: i64) {
             && matches!(e.kind.as_str(), "takeover" | "interrupted" | "won")
     })
     .await;
+}
+
+/// Waits until another runner takes over the run whose attempt `started` (a `started` line)
+/// a fault hit, and the run ends `success` there.
+async fn taken_over(c: &Cluster, started: &Event) {
+    let (job, slot, hit) = (started.job.clone(), started.slot, started.runner.clone());
+    let by = c
+        .wait_event(WAIT, "the takeover of the hit attempt", |e| {
+            e.kind == "takeover" && e.job == job && e.slot == slot && e.runner != hit
+        })
+        .await;
+    c.wait_event(WAIT, "the taken-over run's success", |e| {
+        e.kind == "success" && e.job == job && e.slot == slot && e.runner == by.runner
+    })
+    .await;
+}
+
+/// The frozen-runner case with HTTP and files: the runner of an attempt of `probe` (a request
+/// and a line in `writes.log` every 20 ms) is frozen past its lease, a backup takes the run
+/// over, and the runner is woken. Counts the requests the server received and the lines written
+/// by the frozen attempt after the wake: both must be 0 (the host refuses them at the call).
+async fn zombie_effects(c: &mut Cluster, server: &Server) -> (String, Option<Violation>) {
+    c.start(3).await;
+    let (i, started) = c.next_attempt("probe").await;
+    let (slot, attempt) = (
+        started.slot.expect("a started line names its slot"),
+        started.attempt.expect("a started line names its attempt"),
+    );
+    tokio::time::sleep(MID_ATTEMPT).await;
+    let at = now_ms();
+    c.hit(&started);
+    let woken = c.freeze(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
+    taken_over(c, &started).await;
+    let id = c.id(i);
+    c.wait_event(WAIT, "lost on the woken runner", |e| {
+        e.runner == id && e.kind == "lost" && e.at >= at
+    })
+    .await;
+    // One more run, so the window the checker judges covers the takeover.
+    next_success_of(c, "probe").await;
+    let attempt_header = attempt.to_string();
+    let of_slot = |header: &str| {
+        chrono::DateTime::parse_from_rfc3339(header).is_ok_and(|t| t.timestamp_millis() == slot)
+    };
+    let ours: Vec<_> = server
+        .seen()
+        .into_iter()
+        .filter(|s| {
+            matches!(s.all("baton-slot")[..], [h] if of_slot(h))
+                && s.all("baton-attempt") == [attempt_header.as_str()]
+        })
+        .collect();
+    let before = ours.iter().filter(|s| s.at < woken.instant).count();
+    let requests_after = ours.len() - before;
+    let log = c.data_dir("probe").join("writes.log");
+    let writes = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| panic!("the probe wrote no {}: {e}", log.display()));
+    let writes_after = writes
+        .lines()
+        .filter_map(|l| match l.split(' ').collect::<Vec<_>>()[..] {
+            [s, a, ms, _] if s == slot.to_string() && a == attempt_header => ms.parse::<i64>().ok(),
+            _ => None,
+        })
+        .filter(|ms| *ms >= woken.at)
+        .count();
+    let note = format!(
+        "woken runner: {requests_after} requests, {writes_after} writes after waking \
+         ({before} requests before the freeze)"
+    );
+    let violation = (before == 0 || requests_after + writes_after > 0).then(|| Violation {
+        rule: "no side effect after the lease is lost",
+        detail: format!("probe slot {slot} attempt {attempt}: {note}"),
+    });
+    (note, violation)
 }
 
 /// Waits for the next success of `effects` on any runner.

@@ -13,16 +13,46 @@ pub struct BatonProcess {
     pub seen: Vec<String>,
 }
 
+/// `baton` as a command: without the caller's `BATON_*` variables, and with its compile cache
+/// (`$XDG_CACHE_HOME/baton`, where `--cache-dir` is not given) in a temporary directory of this
+/// test process, removed when the process exits, never in the user's own cache.
+pub fn baton_command() -> Command {
+    let mut cmd = Command::new(crate::baton_binary());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("BATON_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("XDG_CACHE_HOME", cache_home());
+    cmd
+}
+
+static CACHE_HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// This test process's cache directory for child `baton` processes.
+fn cache_home() -> &'static std::path::Path {
+    CACHE_HOME.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("baton-tests-cache-")
+            .tempdir()
+            .expect("a temporary cache directory")
+            .keep();
+        extern "C" fn remove_cache_home() {
+            if let Some(dir) = CACHE_HOME.get() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        // SAFETY: registers a plain function with no arguments, run once at exit.
+        unsafe { libc::atexit(remove_cache_home) };
+        dir
+    })
+}
+
 impl BatonProcess {
     /// Starts `baton ARGS…` with these extra environment variables (and `RUST_LOG=info`, and
     /// none of the caller's `BATON_*` variables).
     pub fn start(args: &[&str], envs: &[(&str, &str)]) -> BatonProcess {
-        let mut cmd = Command::new(crate::baton_binary());
-        for (key, _) in std::env::vars() {
-            if key.starts_with("BATON_") {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = baton_command();
         cmd.args(args)
             .env("RUST_LOG", "info")
             .envs(envs.iter().copied())
@@ -122,13 +152,7 @@ pub struct Output {
 
 /// Runs `baton ARGS…` to the end (without the caller's `BATON_*` variables, plus `envs`).
 pub fn baton(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(crate::baton_binary());
-    for (key, _) in std::env::vars() {
-        if key.starts_with("BATON_") {
-            cmd.env_remove(key);
-        }
-    }
-    let out = cmd
+    let out = baton_command()
         .args(args)
         .envs(envs.iter().copied())
         .stdin(Stdio::null())

@@ -1,0 +1,379 @@
+//! The runners' own accounts held to the store's: what every runner logged (won, took over,
+//! succeeded, skipped, was called late) must agree with the history the store recorded, and a
+//! dead run that a newer slot replaced must end in the store, not linger `running`.
+//!
+//! Three invariants, each with bad histories in the tests below:
+//! - [`LOGS_MATCH_STORE`]: every `won`, `takeover` and `success` line of every runner matches an
+//!   attempt of the store's history (same job, slot, attempt and runner; `success` only for an
+//!   attempt the store recorded `success`), and the reverse: every attempt the store granted to
+//!   a runner whose log is read was logged `won` by it, and every attempt it recorded `success`
+//!   was logged `success` — unless the runner was killed before it could log the line.
+//! - [`SKIPS_JUSTIFIED`]: every `skip` for `overlap` names a slot that an older run of the job
+//!   held with a live lease when the claim could have been made; every `skip` for `superseded`
+//!   one that a newer run had already started; every `late` answer came more than `max_late`
+//!   plus the store's 10 s tolerance after its slot.
+//! - [`SUPERSEDED_RUNS_END`]: a run left `running` whose lease had run out when a newer run of
+//!   its job started is a violation: the newer claim marks it `interrupted` (spec, "Overlap").
+
+use std::collections::HashMap;
+
+use crate::checker::{Attempt, Event, Input, Run, Violation};
+
+/// The rule: the runners' logs and the store's history tell the same story.
+pub const LOGS_MATCH_STORE: &str = "logs match the store";
+/// The rule: every overlap, superseded or late answer a runner heard is borne out by the store.
+pub const SKIPS_JUSTIFIED: &str = "skips are justified";
+/// The rule: a dead run that a newer slot replaced is recorded `interrupted`.
+pub const SUPERSEDED_RUNS_END: &str = "superseded runs end";
+
+/// The three invariants of this module.
+pub const RULES: [&str; 3] = [LOGS_MATCH_STORE, SKIPS_JUSTIFIED, SUPERSEDED_RUNS_END];
+
+/// The store's tolerance on `max_late` (spec, "Late claims"): 10 s.
+const LATE_TOLERANCE_MS: i64 = 10_000;
+/// How long after the store granted (or recorded the end of) an attempt its runner surely
+/// logged it, unless it was killed meanwhile: 1 s.
+const LOGGED_WITHIN_MS: i64 = 1_000;
+
+/// Checks the three invariants; pushes what breaks them.
+pub fn check(input: &Input, v: &mut Vec<Violation>) {
+    logs_match_store(input, v);
+    skips_justified(input, v);
+    superseded_runs_end(input, v);
+}
+
+fn attempts(input: &Input) -> HashMap<(&str, i64, u32), (&Run, &Attempt)> {
+    input
+        .runs
+        .iter()
+        .flat_map(|r| {
+            r.attempts
+                .iter()
+                .map(move |a| ((r.job.as_str(), r.slot, a.attempt), (r, a)))
+        })
+        .collect()
+}
+
+fn known_job(input: &Input, job: &str) -> bool {
+    input.jobs.iter().any(|j| j.name == job)
+}
+
+/// Whether the harness read `runner`'s log and the runner was up until `until` (its log line
+/// for what happened before then cannot have been cut off by a `kill -9`).
+fn logged_until(input: &Input, runner: &str, until: i64) -> bool {
+    let spans: Vec<_> = input
+        .lives
+        .iter()
+        .filter(|l| l.runner.as_deref() == Some(runner))
+        .collect();
+    !spans.is_empty() && spans.iter().any(|l| l.from <= until && l.to >= until)
+}
+
+fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
+    let store = attempts(input);
+    let mut logged: HashMap<(&str, i64, u32, &str), Vec<&str>> = HashMap::new();
+    for e in &input.events {
+        let (Some(job), Some(slot), Some(attempt)) = (e.job.as_deref(), e.slot, e.attempt) else {
+            continue;
+        };
+        if !matches!(e.kind.as_str(), "won" | "takeover" | "success") || !known_job(input, job) {
+            continue;
+        }
+        logged
+            .entry((job, slot, attempt, e.runner.as_str()))
+            .or_default()
+            .push(e.kind.as_str());
+        let problem = match store.get(&(job, slot, attempt)) {
+            None => Some("the store has no such attempt".to_owned()),
+            Some((_, a)) if a.runner != e.runner => {
+                Some(format!("the store granted it to {}", a.runner))
+            }
+            Some((_, a)) if e.kind == "success" && a.outcome.as_deref() != Some("success") => {
+                Some(format!(
+                    "the store recorded it {}",
+                    a.outcome.as_deref().unwrap_or("running")
+                ))
+            }
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
+            v.push(Violation {
+                rule: LOGS_MATCH_STORE,
+                detail: format!(
+                    "{} logged {} for {job} slot {slot} attempt {attempt}, but {problem}",
+                    e.runner, e.kind
+                ),
+            });
+        }
+    }
+    for run in input.runs.iter().filter(|r| known_job(input, &r.job)) {
+        for a in &run.attempts {
+            let lines = logged
+                .get(&(run.job.as_str(), run.slot, a.attempt, a.runner.as_str()))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let granted_by = a.started_at + LOGGED_WITHIN_MS;
+            if granted_by <= input.window.1
+                && logged_until(input, &a.runner, granted_by)
+                && !lines.contains(&"won")
+            {
+                v.push(Violation {
+                    rule: LOGS_MATCH_STORE,
+                    detail: format!(
+                        "the store granted {} slot {} attempt {} to {}, which never logged it won",
+                        run.job, run.slot, a.attempt, a.runner
+                    ),
+                });
+            }
+            let ended_by = a.ended_at.map(|t| t + LOGGED_WITHIN_MS);
+            if a.outcome.as_deref() == Some("success")
+                && ended_by
+                    .is_some_and(|t| t <= input.window.1 && logged_until(input, &a.runner, t))
+                && !lines.contains(&"success")
+            {
+                v.push(Violation {
+                    rule: LOGS_MATCH_STORE,
+                    detail: format!(
+                        "the store recorded {} slot {} attempt {} on {} a success its runner never logged",
+                        run.job, run.slot, a.attempt, a.runner
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// The end of an attempt's live lease: its end, or the run's lease end while it is current.
+fn live_until(run: &Run, a: &Attempt) -> i64 {
+    a.ended_at.unwrap_or(run.lease_end)
+}
+
+fn skips_justified(input: &Input, v: &mut Vec<Violation>) {
+    for e in &input.events {
+        let (Some(job), Some(slot)) = (e.job.as_deref(), e.slot) else {
+            continue;
+        };
+        let Some(spec) = input.jobs.iter().find(|j| j.name == job) else {
+            continue;
+        };
+        let runs = || input.runs.iter().filter(move |r| r.job == job);
+        // The claim reached the store at or after its slot and before the runner logged the
+        // answer (`e.at`, on the store's clock).
+        let problem = match (e.kind.as_str(), e.reason.as_str()) {
+            ("skip", "overlap") => {
+                let held = runs().filter(|r| r.slot < slot).any(|r| {
+                    r.attempts
+                        .iter()
+                        .any(|a| a.started_at <= e.at && live_until(r, a) >= slot)
+                });
+                (!held).then_some("no older run held a live lease then")
+            }
+            ("skip", "superseded") => {
+                let newer = runs()
+                    .filter(|r| r.slot > slot)
+                    .any(|r| r.attempts.first().is_some_and(|a| a.started_at <= e.at));
+                (!newer).then_some("no newer run had started")
+            }
+            ("late", _) => (e.at - slot <= spec.max_late + LATE_TOLERANCE_MS)
+                .then_some("it was answered within max_late plus the store's tolerance"),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            v.push(Violation {
+                rule: SKIPS_JUSTIFIED,
+                detail: format!(
+                    "{} heard {} {} for {job} slot {slot} at {}, but {problem}",
+                    e.runner, e.kind, e.reason, e.at
+                ),
+            });
+        }
+    }
+}
+
+fn superseded_runs_end(input: &Input, v: &mut Vec<Violation>) {
+    for run in input.runs.iter().filter(|r| r.status == "running") {
+        let replaced_by = input
+            .runs
+            .iter()
+            .filter(|r| r.job == run.job && r.slot > run.slot)
+            .filter_map(|r| r.attempts.first().map(|a| (r.slot, a.started_at)))
+            .find(|(_, started)| *started > run.lease_end);
+        if let Some((newer, started)) = replaced_by {
+            v.push(Violation {
+                rule: SUPERSEDED_RUNS_END,
+                detail: format!(
+                    "{} slot {} is still running with its lease ended at {}, though slot {newer} started at {started}",
+                    run.job, run.slot, run.lease_end
+                ),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each test feeds a hand-made history that breaks one invariant, beside one that keeps it.
+
+    use super::*;
+    use crate::checker::tests::{attempt, run};
+    use crate::checker::{JobSpec, Span, DEFAULT_CATCH_UP_MS};
+
+    fn event(
+        runner: &str,
+        at: i64,
+        kind: &str,
+        slot: i64,
+        attempt: Option<u32>,
+        reason: &str,
+    ) -> Event {
+        Event {
+            at,
+            runner: runner.into(),
+            kind: kind.into(),
+            job: Some("j".into()),
+            slot: Some(slot),
+            attempt,
+            reason: reason.into(),
+        }
+    }
+
+    /// Slot 10 000 won by a, which died; b took it over and succeeded. Slot 12 000 skipped by
+    /// a as an overlap while b held slot 10 000, then won by a.
+    fn input() -> Input {
+        Input {
+            jobs: vec![JobSpec {
+                name: "j".into(),
+                period: 1_000,
+                max_attempts: 3,
+                well_behaved: false,
+                catch_up: DEFAULT_CATCH_UP_MS,
+                max_late: 0,
+            }],
+            runs: vec![
+                run(
+                    10_000,
+                    "success",
+                    12_600,
+                    vec![
+                        attempt(1, "a", 10_005, Some(11_005), Some("died")),
+                        attempt(2, "b", 11_200, Some(12_600), Some("success")),
+                    ],
+                ),
+                run(
+                    13_000,
+                    "success",
+                    13_500,
+                    vec![attempt(1, "a", 13_010, Some(13_500), Some("success"))],
+                ),
+            ],
+            events: vec![
+                event("a", 10_006, "won", 10_000, Some(1), "scheduled"),
+                event("b", 11_201, "won", 10_000, Some(2), "takeover"),
+                event("b", 11_201, "takeover", 10_000, Some(2), "takeover"),
+                event("a", 12_002, "skip", 12_000, None, "overlap"),
+                event("b", 12_601, "success", 10_000, Some(2), ""),
+                event("a", 13_011, "won", 13_000, Some(1), "scheduled"),
+                event("a", 13_501, "success", 13_000, Some(1), ""),
+            ],
+            window: (10_000, 20_000),
+            lives: ["a", "b"]
+                .map(|r| Span {
+                    runner: Some(r.into()),
+                    from: 9_000,
+                    to: i64::MAX,
+                })
+                .to_vec(),
+            ..Input::default()
+        }
+    }
+
+    fn broken(input: &Input) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        check(input, &mut v);
+        v.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn a_history_whose_logs_match_the_store_breaks_none_of_these_invariants() {
+        assert!(broken(&input()).is_empty(), "{:?}", broken(&input()));
+    }
+
+    #[test]
+    fn a_won_line_with_no_attempt_in_the_store_breaks_the_logs_match_the_store_rule() {
+        let mut i = input();
+        i.events
+            .push(event("b", 14_001, "won", 14_000, Some(1), "scheduled"));
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
+        // Or the store granted the attempt to another runner.
+        let mut i = input();
+        i.events[0].runner = "b".into();
+        assert!(broken(&i).contains(&LOGS_MATCH_STORE), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_success_line_for_an_attempt_the_store_recorded_died_breaks_the_logs_match_the_store_rule()
+    {
+        let mut i = input();
+        i.events
+            .push(event("a", 11_006, "success", 10_000, Some(1), ""));
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
+    }
+
+    #[test]
+    fn an_attempt_its_living_runner_never_logged_breaks_the_logs_match_the_store_rule() {
+        let mut i = input();
+        i.events
+            .retain(|e| !(e.runner == "a" && e.slot == Some(13_000)));
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE, LOGS_MATCH_STORE]);
+        // Unless the runner was killed before it could log it.
+        i.lives[0].to = 13_200;
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn an_overlap_skip_with_no_older_run_holding_a_lease_breaks_the_skips_are_justified_rule() {
+        let mut i = input();
+        // Slot 10 000's lease had ended (11 005 and 12 600 are both before slot 12 700).
+        i.events
+            .push(event("b", 12_702, "skip", 12_700, None, "overlap"));
+        assert_eq!(broken(&i), [SKIPS_JUSTIFIED]);
+    }
+
+    #[test]
+    fn a_superseded_skip_before_any_newer_run_started_breaks_the_skips_are_justified_rule() {
+        let mut i = input();
+        i.events
+            .push(event("b", 12_900, "skip", 10_000, None, "superseded"));
+        assert_eq!(broken(&i), [SKIPS_JUSTIFIED]);
+        let mut i = input();
+        i.events
+            .push(event("b", 13_100, "skip", 10_000, None, "superseded"));
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_late_answer_within_max_late_and_the_tolerance_breaks_the_skips_are_justified_rule() {
+        let mut i = input();
+        i.events
+            .push(event("b", 19_000, "late", 14_000, None, "scheduled"));
+        assert_eq!(broken(&i), [SKIPS_JUSTIFIED]);
+        let mut i = input();
+        i.events
+            .push(event("b", 24_500, "late", 14_000, None, "scheduled"));
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_dead_run_a_newer_slot_replaced_left_running_breaks_the_superseded_runs_end_rule() {
+        let mut i = input();
+        i.runs[0].status = "running".into();
+        i.runs[0].lease_end = 11_005;
+        i.runs[0].attempts.truncate(1);
+        i.runs[0].attempts[0].outcome = Some("died".into());
+        i.events.retain(|e| e.runner != "b" && e.kind != "skip");
+        assert_eq!(broken(&i), [SUPERSEDED_RUNS_END]);
+        // Recorded interrupted, it keeps the rule.
+        i.runs[0].status = "interrupted".into();
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+}
