@@ -478,6 +478,123 @@ pub async fn max_attempts_interrupts_after_three_dead_runners(f: &Fixture) {
     );
 }
 
+/// `max_attempts = 1`: the first death ends the run; no runner takes it over.
+pub async fn max_attempts_of_one_interrupts_after_the_first_dead_runner(f: &Fixture) {
+    dead_runners_until_interrupted(f, 1).await;
+}
+
+/// `max_attempts = 5`: five runners may die, each taken over; the sixth claim is refused.
+pub async fn max_attempts_of_five_allows_five_attempts_then_interrupts(f: &Fixture) {
+    dead_runners_until_interrupted(f, 5).await;
+}
+
+/// Runners die one after the other on a run of a job with `max_attempts`: each death is taken
+/// over until `max_attempts` attempts died, then the run is interrupted.
+async fn dead_runners_until_interrupted(f: &Fixture, max_attempts: u32) {
+    let options = LeaseOptions {
+        max_attempts,
+        ..opts()
+    };
+    let (job, slot) = job_and_slot(f).await;
+    let store = &*f.store;
+    let mut lease = won(
+        claim_as(store, &job, slot, ClaimKind::Scheduled, "r1", &options)
+            .await
+            .0,
+    );
+    for n in 2..=max_attempts {
+        wait_past(store, lease.lease_end).await;
+        let runner = format!("r{n}");
+        lease = won(
+            claim_as(store, &job, slot, ClaimKind::Takeover, &runner, &options)
+                .await
+                .0,
+        );
+        assert_eq!(lease.attempt, n);
+    }
+    wait_past(store, lease.lease_end).await;
+    assert_eq!(
+        claim_as(
+            store,
+            &job,
+            slot,
+            ClaimKind::Takeover,
+            "one-too-many",
+            &options
+        )
+        .await
+        .0,
+        ClaimOutcome::Interrupted,
+        "{max_attempts} deaths: no attempt {}",
+        max_attempts + 1
+    );
+    let run = run_of(store, &job, slot).await;
+    assert_eq!(run.status, Status::Interrupted);
+    assert_eq!(run.deaths(), max_attempts);
+    assert_eq!(run.attempts.len(), max_attempts as usize);
+}
+
+/// A takeover is not a new claim: a run whose slot is older than `max_late` plus the 10 s
+/// tolerance is still taken over, while a new claim of a slot that old is late.
+pub async fn takeover_of_a_run_older_than_max_late_plus_tolerance_starts_the_next_attempt(
+    f: &Fixture,
+) {
+    let options = LeaseOptions {
+        max_late: Duration::ZERO,
+        ..opts()
+    };
+    let store = &*f.store;
+    let job = unique("old");
+    // Claimed 9.5 s after its slot: within max_late (0) + 10 s.
+    let slot = store_now(store).await - 9_500;
+    let first = won(
+        claim_as(store, &job, slot, ClaimKind::Scheduled, "r1", &options)
+            .await
+            .0,
+    );
+    wait_past(store, first.lease_end.max(slot + 10_500)).await;
+    let other = unique("old");
+    assert_eq!(
+        claim_as(store, &other, slot, ClaimKind::Scheduled, "r2", &options)
+            .await
+            .0,
+        ClaimOutcome::Late,
+        "a new claim of a slot this old is late"
+    );
+    let second = won(
+        claim_as(store, &job, slot, ClaimKind::Takeover, "r2", &options)
+            .await
+            .0,
+    );
+    assert_eq!(second.attempt, 2);
+    assert!(second.fence > first.fence);
+}
+
+/// A heartbeat that reaches the store after the lease ran out, before any backup took the run
+/// over, is refused by the store's clock: the lease is not brought back to life, and the run
+/// stays up for its next attempt.
+pub async fn heartbeat_after_the_lease_ran_out_before_any_takeover_is_refused(f: &Fixture) {
+    let (job, slot) = job_and_slot(f).await;
+    let store = &*f.store;
+    let first = won(claim(store, &job, slot, "r1").await);
+    wait_past(store, first.lease_end).await;
+    let hb = store
+        .heartbeat(&job, slot, first.token, Duration::from_secs(30))
+        .await
+        .expect("heartbeat reaches the store");
+    assert!(
+        matches!(hb, HeartbeatOutcome::Lost(_)),
+        "a heartbeat after the lease end renewed it: {hb:?}"
+    );
+    let run = run_of(store, &job, slot).await;
+    assert_eq!(
+        run.lease_end, first.lease_end,
+        "the refused heartbeat changed nothing"
+    );
+    let second = won(takeover(store, &job, slot, "r2").await);
+    assert_eq!(second.attempt, 2);
+}
+
 pub async fn hand_overs_do_not_count_toward_max_attempts(f: &Fixture) {
     let (job, slot) = job_and_slot(f).await;
     let mut lease = won(claim(&*f.store, &job, slot, "deploy-0").await);
@@ -1148,11 +1265,13 @@ pub async fn four_processes_racing_on_200_slots_get_one_winner_each(f: &Fixture)
 
 // The operations `baton bench` adds to the contract.
 
-/// Once a job's first run has warmed the client up (a script loaded, a statement prepared, the
-/// job's name registered), a run costs exactly one round trip per claim, per heartbeat and per
-/// finish: 2 + heartbeats.
+/// Once a job's first runs have warmed the client up (a script loaded, a statement prepared on
+/// every warm connection, the job's name registered), a run costs exactly one round trip per
+/// claim, per heartbeat and per finish, counted at the wire: 2 + heartbeats.
 pub async fn a_run_costs_one_round_trip_per_claim_heartbeat_and_finish(f: &Fixture) {
-    let store = &*f.store;
+    // Counted at a TCP proxy between the client and the server where there is a wire.
+    let counted = f.counted().await;
+    let store = &*counted.store;
     let job = unique("rt");
     let options = LeaseOptions::with_lease(Duration::from_secs(30));
     let now = store_now(store).await;
@@ -1176,15 +1295,25 @@ pub async fn a_run_costs_one_round_trip_per_claim_heartbeat_and_finish(f: &Fixtu
             assert_eq!(finished, TokenOutcome::Accepted);
         }
     };
-    run(now, 1).await;
+    // Every connection of a pool prepares a statement the first time it runs it (PostgreSQL
+    // keeps two warm): warm them all.
+    for k in 0..3 {
+        run(now - 10 + k, 1).await;
+    }
     for (i, heartbeats) in [0usize, 1, 3].into_iter().enumerate() {
-        let before = store.round_trips();
+        let (before, pings) = (counted.round_trips(), counted.pings());
         run(now + 1 + i as i64, heartbeats).await;
-        let sent = store.round_trips() - before;
+        let sent = counted.round_trips() - before;
+        println!(
+            "a run with {heartbeats} heartbeats: {sent} round trips, {} connection tests after them (counted at the {})",
+            counted.pings() - pings,
+            counted.counted_where()
+        );
         assert_eq!(
             sent,
             2 + heartbeats as u64,
-            "a run with {heartbeats} heartbeats sent {sent} requests"
+            "a run with {heartbeats} heartbeats sent {sent} requests (counted at the {})",
+            counted.counted_where()
         );
     }
 }

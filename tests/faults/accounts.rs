@@ -8,8 +8,10 @@
 //!   attempt the store recorded `success`), and the reverse: every attempt the store granted to
 //!   a runner whose log is read was logged `won` by it, and every attempt it recorded `success`
 //!   was logged `success` — unless the runner was killed before it could log the line.
-//! - [`SKIPS_JUSTIFIED`]: every `skip` for `overlap` names a slot that an older run of the job
-//!   held with a live lease when the claim could have been made; every `skip` for `superseded`
+//! - [`SKIPS_JUSTIFIED`]: every `skip` for `overlap` names a slot while an older run of the job
+//!   held a live lease when the claim could have been made (within [`LOGGED_WITHIN_MS`] before
+//!   the runner logged the answer: a runner may send a claim a little before its slot by the
+//!   machine's clock, so the slot bounds nothing); every `skip` for `superseded`
 //!   one that a newer run had already started; every `late` answer came more than `max_late`
 //!   plus the store's 10 s tolerance after its slot.
 //! - [`SUPERSEDED_RUNS_END`]: a run left `running` whose lease had run out when a newer run of
@@ -157,14 +159,14 @@ fn skips_justified(input: &Input, v: &mut Vec<Violation>) {
             continue;
         };
         let runs = || input.runs.iter().filter(move |r| r.job == job);
-        // The claim reached the store at or after its slot and before the runner logged the
-        // answer (`e.at`, on the store's clock).
+        // The claim reached the store shortly before the runner logged the answer (`e.at`, on
+        // the store's clock).
         let problem = match (e.kind.as_str(), e.reason.as_str()) {
             ("skip", "overlap") => {
                 let held = runs().filter(|r| r.slot < slot).any(|r| {
-                    r.attempts
-                        .iter()
-                        .any(|a| a.started_at <= e.at && live_until(r, a) >= slot)
+                    r.attempts.iter().any(|a| {
+                        a.started_at <= e.at && live_until(r, a) >= e.at - LOGGED_WITHIN_MS
+                    })
                 });
                 (!held).then_some("no older run held a live lease then")
             }
@@ -333,9 +335,9 @@ mod tests {
     #[test]
     fn an_overlap_skip_with_no_older_run_holding_a_lease_breaks_the_skips_are_justified_rule() {
         let mut i = input();
-        // Slot 10 000's lease had ended (11 005 and 12 600 are both before slot 12 700).
+        // Every older run's lease had ended more than a second before (12 600, 13 500).
         i.events
-            .push(event("b", 12_702, "skip", 12_700, None, "overlap"));
+            .push(event("b", 15_002, "skip", 15_000, None, "overlap"));
         assert_eq!(broken(&i), [SKIPS_JUSTIFIED]);
     }
 

@@ -48,15 +48,18 @@ pub enum Backend {
     Valkey,
     /// A PostgreSQL server of our own (`initdb` in a temporary directory).
     Postgres,
+    /// A Redis Cluster of our own: three primaries with a replica each.
+    RedisCluster,
 }
 
 impl Backend {
     /// Every backend, in report order.
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Sqlite,
         Backend::Redis,
         Backend::Valkey,
         Backend::Postgres,
+        Backend::RedisCluster,
     ];
 
     /// Its name in the report.
@@ -66,12 +69,8 @@ impl Backend {
             Backend::Redis => "redis",
             Backend::Valkey => "valkey",
             Backend::Postgres => "postgres",
+            Backend::RedisCluster => "redis-cluster",
         }
-    }
-
-    /// Whether runners reach it over TCP (and so through a proxy).
-    pub fn is_network(self) -> bool {
-        self != Backend::Sqlite
     }
 }
 
@@ -228,6 +227,9 @@ enum Store {
     Postgres {
         server: servers::Postgres,
     },
+    Cluster {
+        cluster: servers::Cluster,
+    },
 }
 
 const REDIS_PERSISTENCE: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
@@ -259,6 +261,10 @@ impl Store {
             Backend::Postgres => Store::Postgres {
                 server: servers::Postgres::start(),
             },
+            // A node timeout of 1 s: a dead primary's replica is promoted within seconds.
+            Backend::RedisCluster => Store::Cluster {
+                cluster: servers::start_redis_cluster_with_replicas(1_000),
+            },
         }
     }
 
@@ -268,6 +274,7 @@ impl Store {
             Store::Sqlite { .. } => None,
             Store::RedisLike { port, .. } => Some(format!("127.0.0.1:{port}")),
             Store::Postgres { server } => Some(format!("127.0.0.1:{}", server.port)),
+            Store::Cluster { .. } => None,
         }
     }
 
@@ -289,6 +296,7 @@ impl Store {
                 let hp = host_port.unwrap_or(format!("127.0.0.1:{}", server.port));
                 server.url(&hp, "schema=baton_faults")
             }
+            Store::Cluster { cluster } => cluster.url(),
         }
     }
 }
@@ -788,6 +796,7 @@ impl Cluster {
                 drop(server.take());
             }
             Store::Postgres { server } => server.stop_immediately(),
+            Store::Cluster { .. } => unreachable!("a cluster is not stopped as one server"),
         }
         self.store_down_since = Some(at);
         for r in self.runners.iter().filter(|r| r.child.is_some()) {
@@ -820,6 +829,7 @@ impl Cluster {
                 ));
             }
             Store::Postgres { server } => server.start_again(),
+            Store::Cluster { .. } => unreachable!("a cluster is not stopped as one server"),
         }
         if let Some(from) = self.store_down_since.take() {
             let to = now_ms();
@@ -830,6 +840,43 @@ impl Cluster {
             });
             self.disturb(from - 1_000, to + 3_000);
         }
+    }
+
+    /// The cluster's key of `job` (its hash tag decides the hash slot of every key of the job).
+    fn cluster_key(&self, job: &str) -> String {
+        format!("{{{}:{job}}}:runs", self.namespace)
+    }
+
+    fn cluster(&self) -> &servers::Cluster {
+        match &self.store {
+            Store::Cluster { cluster } => cluster,
+            _ => panic!("{} is not a Redis Cluster", self.backend.name()),
+        }
+    }
+
+    /// Moves `job`'s hash slot from its primary to another, a key at a time, `pause` apart,
+    /// while the runners go on claiming (they are sent `ASK` and `TRYAGAIN` meanwhile).
+    /// Returns how many keys moved and how long it took, ms.
+    pub async fn migrate_slot_of(&mut self, job: &str, pause: Duration) -> (usize, i64) {
+        let key = self.cluster_key(job);
+        let cluster = self.cluster();
+        let slot = cluster.key_slot(&key);
+        let (from, _) = cluster.primary_and_replica_of(&key, &[]);
+        let to = cluster
+            .primaries(&[])
+            .into_iter()
+            .find(|p| *p != from)
+            .expect("another primary");
+        let started = now_ms();
+        let moved = tokio::task::block_in_place(|| cluster.migrate_slot(slot, from, to, pause));
+        let ended = now_ms();
+        assert_eq!(
+            cluster.owner_of(&key, &[]).0,
+            Some(to),
+            "slot {slot} is not served by its new primary"
+        );
+        self.disturb(started - 1_000, ended + 2_000);
+        (moved, ended - started)
     }
 
     /// Records a span in which no runner could get a claim answered in time: the store was out

@@ -36,6 +36,9 @@ pub enum Scenario {
     /// Every runner killed (`kill -9`) for several slots, then one started again: the slots
     /// due meanwhile are missed but for the latest, which it catches up.
     AllDown,
+    /// Redis Cluster: the hash slot of `tick` (due every second) moved to another primary, a key
+    /// every 500 ms, while its claims run (`MOVED`, `ASK`, `TRYAGAIN`).
+    SlotMigration,
 }
 
 /// What a scenario leaves for the checker and the report.
@@ -74,7 +77,7 @@ const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::FreezeEffects,
@@ -85,6 +88,7 @@ impl Scenario {
         Scenario::LateClaim,
         Scenario::ClockSkew,
         Scenario::AllDown,
+        Scenario::SlotMigration,
     ];
 
     /// Its name in the report.
@@ -100,6 +104,7 @@ impl Scenario {
             Scenario::LateClaim => "late claim",
             Scenario::ClockSkew => "clock ±3h",
             Scenario::AllDown => "all down",
+            Scenario::SlotMigration => "slot migration",
         }
     }
 
@@ -111,9 +116,19 @@ impl Scenario {
     /// its clock is the kernel's, which `faketime` does not reach, so a runner with a wrong
     /// clock is only that, as on the network stores.
     pub fn not_applicable(self, backend: Backend) -> Option<&'static str> {
+        let cluster = backend == Backend::RedisCluster;
         match self {
-            Scenario::Partition | Scenario::Latency if !backend.is_network() => {
+            Scenario::Partition | Scenario::Latency if backend == Backend::Sqlite => {
                 Some("no network between a runner and a SQLite file")
+            }
+            Scenario::Partition | Scenario::Latency | Scenario::LateClaim if cluster => {
+                Some("a cluster client follows the nodes' own addresses past any proxy")
+            }
+            Scenario::StoreRestart if cluster => Some(
+                "a cluster is not stopped as one server (a primary's failover: the failover scenarios)",
+            ),
+            Scenario::SlotMigration if !cluster => {
+                Some("needs a Redis Cluster")
             }
             _ => None,
         }
@@ -291,6 +306,35 @@ impl Scenario {
                 next_success(&c).await;
             }
             Scenario::LateClaim => late_claim(&mut c, &mut note).await,
+            Scenario::SlotMigration => {
+                c.start(3).await;
+                next_success(&c).await;
+                let from = now_ms();
+                let (moved, took) = c.migrate_slot_of("tick", Duration::from_millis(500)).await;
+                for _ in 0..2 {
+                    next_success_of(&c, "tick").await;
+                }
+                next_success(&c).await;
+                // The slots of tick (every second) due while its keys moved: their claims were
+                // sent meanwhile, and answered once the slot had settled.
+                let due = (from + took).div_euclid(1_000) - (from - 1).div_euclid(1_000);
+                let waited = c
+                    .events()
+                    .iter()
+                    .filter(|e| e.job.as_deref() == Some("tick") && e.kind == "won")
+                    .filter_map(|e| e.slot.map(|slot| e.at - slot))
+                    .max()
+                    .unwrap_or(0);
+                note = format!(
+                    "tick's slot moved to another primary: {moved} keys in {took} ms, {due} of its slots due meanwhile; its claims answered up to {waited} ms after their slot"
+                );
+                if due == 0 {
+                    extra.push(Violation {
+                        rule: "claims were due while the slot moved",
+                        detail: note.clone(),
+                    });
+                }
+            }
             Scenario::AllDown => {
                 c.start(2).await;
                 // Right after a slot was won, so no slot is half claimed when the last dies.

@@ -11,6 +11,7 @@ macro_rules! instance_suite {
             takeover_after_killed_runner_is_within_lease_plus_two_heartbeats,
             stop_hands_over_to_a_backup_within_two_heartbeats,
             stop_finishes_a_handler_that_returns_normally,
+            stop_timeout_with_a_handler_that_ignores_its_signal_leaves_the_run_to_a_backup_after_the_lease_end,
             all_instances_down_catch_up_runs_only_the_latest_slot,
             backup_sends_no_takeover_claim_once_a_newer_slot_has_started,
             skipped_slot_is_not_watched_once_a_newer_slot_has_started,
@@ -40,6 +41,7 @@ instance_suite! {
     redis => baton_tests::backends::redis,
     valkey => baton_tests::backends::valkey,
     postgres => baton_tests::backends::postgres,
+    redis_cluster => baton_tests::backends::redis_cluster_with_replicas,
 }
 
 /// Backend-specific ways to cut a runner off its store.

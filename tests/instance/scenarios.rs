@@ -148,6 +148,73 @@ pub async fn stop_finishes_a_handler_that_returns_normally(f: &Fixture) {
     assert_eq!(run.status, Status::Success);
 }
 
+/// The stop table's third row: a handler that ignores its signal and still runs when the stop
+/// timeout passes is not released. The instance stops renewing, the attempt keeps its lease to
+/// the lease end, and a backup takes the run over only after it: a death, not a hand-over.
+pub async fn stop_timeout_with_a_handler_that_ignores_its_signal_leaves_the_run_to_a_backup_after_the_lease_end(
+    f: &Fixture,
+) {
+    let slot = slot_ahead(f, 500).await;
+    let name = unique("stubborn");
+    let stubborn = handler_fn(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
+    });
+    let opts = options(LEASE, HEARTBEAT);
+    let mut a = node(
+        f,
+        "stubborn",
+        vec![job(&name, once_at(slot), opts, stubborn)],
+    )
+    .await;
+    wait_event(&mut a.events, Duration::from_secs(5), "started", |e| {
+        e.kind == EventKind::Started
+    })
+    .await;
+    let _b = node(
+        f,
+        "backup-b",
+        vec![job(
+            &name,
+            once_at(slot),
+            opts,
+            worker(Duration::from_millis(100)),
+        )],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = baton_tests::store_now(&*f.store).await;
+    let report = a.instance.stop(Duration::from_millis(200)).await;
+    assert_eq!((report.ended, report.abandoned), (0, 1));
+    let run = wait_run(
+        f,
+        &name,
+        slot,
+        Duration::from_secs(5),
+        "taken over and finished",
+        |r| r.status == Status::Success,
+    )
+    .await;
+    let first = &run.attempts[0];
+    assert_eq!(first.runner, "stubborn");
+    assert_eq!(first.outcome, Some(AttemptOutcome::Died), "not released");
+    assert_eq!(run.deaths(), 1);
+    let lease_end = first
+        .ended_at
+        .expect("a died attempt ends at its lease end");
+    assert!(
+        lease_end >= stopped + (LEASE - HEARTBEAT) as i64,
+        "the lease ended at {lease_end}, before lease - heartbeat after the stop at {stopped}: it was released"
+    );
+    let second = &run.attempts[1];
+    assert_eq!(second.runner, "backup-b");
+    assert!(
+        second.started_at >= lease_end,
+        "the backup started at {}, before the abandoned attempt's lease end {lease_end}",
+        second.started_at
+    );
+}
+
 /// All instances down across several slots: on restart exactly one catch-up run, of the
 /// latest slot.
 pub async fn all_instances_down_catch_up_runs_only_the_latest_slot(f: &Fixture) {
@@ -265,10 +332,25 @@ async fn requests_of_two_instances(f: &Fixture, heartbeat: u64, work: Duration, 
         let every_second = Schedule::parse("* * * * * *", "UTC").expect("valid");
         vec![job(&name, every_second, opts, worker(work))]
     };
-    let a = node(f, "a", jobs()).await;
-    let b = node(f, "b", jobs()).await;
+    // Each instance reaches the store through a proxy that counts round trips at the wire,
+    // where there is one; else they are the clients' own counts.
+    let (a_wire, b_wire) = (f.counted_at_the_wire().await, f.counted_at_the_wire().await);
+    // `?replicas=0` on Redis and Valkey: no server here has replicas, and `auto` would read
+    // the replica count again every 5 s, requests no claim or finish makes.
+    let through = |w: &Option<baton_tests::Wire>| match w {
+        Some(w) if w.url.starts_with("redis") || w.url.starts_with("valkey") => {
+            f.reached_through(format!("{}?replicas=0", w.url))
+        }
+        Some(w) => f.reached_through(w.url.clone()),
+        None => f.reached_through(f.url.clone()),
+    };
+    let a = node(&through(&a_wire), "a", jobs()).await;
+    let b = node(&through(&b_wire), "b", jobs()).await;
     let (a_store, b_store) = (a.instance.store(), b.instance.store());
-    let requests = || a_store.round_trips() + b_store.round_trips();
+    let requests = || match (&a_wire, &b_wire) {
+        (Some(a), Some(b)) => a.proxy.round_trips() + b.proxy.round_trips(),
+        _ => a_store.round_trips() + b_store.round_trips(),
+    };
     let mut events = [a.events, b.events];
     successes(&mut events, &name, 4).await;
     let before = requests();

@@ -28,6 +28,49 @@ pub struct Fixture {
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
+/// A client whose round trips are counted at the wire (see [`Fixture::counted_at_the_wire`]).
+pub struct Wire {
+    /// The client, connected through the proxy.
+    pub store: Arc<dyn Store>,
+    /// The proxy, which counts.
+    pub proxy: proxy::Proxy,
+    /// The store URL through the proxy: for an instance whose round trips are to be counted.
+    pub url: String,
+}
+
+/// A client whose round trips are counted (see [`Fixture::counted`]).
+pub struct Counted {
+    /// The client.
+    pub store: Arc<dyn Store>,
+    wire: Option<Wire>,
+}
+
+impl Counted {
+    /// Round trips so far: those that crossed the wire, or, on a store without one (SQLite) or
+    /// whose client follows redirects past a proxy (Redis Cluster), the client's own count.
+    pub fn round_trips(&self) -> u64 {
+        match &self.wire {
+            Some(wire) => wire.proxy.round_trips(),
+            None => self.store.round_trips(),
+        }
+    }
+
+    /// Connection tests answered alone, seen at the wire (PostgreSQL: sqlx's pool tests each
+    /// connection as it takes it back, after the operation had its answer); 0 elsewhere.
+    pub fn pings(&self) -> u64 {
+        self.wire.as_ref().map_or(0, |w| w.proxy.pings())
+    }
+
+    /// Where the round trips are counted: `wire` or `client`.
+    pub fn counted_where(&self) -> &'static str {
+        if self.wire.is_some() {
+            "wire"
+        } else {
+            "client"
+        }
+    }
+}
+
 impl Fixture {
     /// Opens the store at `url` in a namespace of its own.
     pub async fn open(url: String, keep: Option<Box<dyn std::any::Any + Send + Sync>>) -> Self {
@@ -51,6 +94,49 @@ impl Fixture {
             namespace: self.namespace.clone(),
             store: self.store.clone(),
             _keep: None,
+        }
+    }
+
+    /// Another client of the same store and namespace whose every connection crosses a TCP
+    /// proxy that counts round trips at the wire ([`proxy::Proxy::round_trips`]); `None` for a
+    /// store with no wire to count on (a SQLite file) or one whose client follows the servers'
+    /// own addresses (a Redis Cluster's redirects).
+    pub async fn counted_at_the_wire(&self) -> Option<Wire> {
+        let (scheme, rest) = self.url.split_once("://")?;
+        if scheme == "sqlite" || scheme.contains("cluster") {
+            return None;
+        }
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (user, target) = match authority.rsplit_once('@') {
+            Some((user, target)) => (format!("{user}@"), target),
+            None => (String::new(), authority),
+        };
+        let proxy = proxy::Proxy::start(target.to_owned()).await;
+        let mut url = format!("{scheme}://{user}127.0.0.1:{}{tail}", proxy.port);
+        if scheme.starts_with("postgres") {
+            // Without TLS, so the proxy tells a connection test from a statement.
+            let sep = if url.contains('?') { '&' } else { '?' };
+            url = format!("{url}{sep}sslmode=disable");
+        }
+        let store = store::open(&url, &self.namespace)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open {url} through the counting proxy: {e}"));
+        Some(Wire { store, proxy, url })
+    }
+
+    /// Another client of the same store and namespace whose round trips are counted: at the
+    /// wire where there is one ([`Fixture::counted_at_the_wire`]), else by the client itself.
+    pub async fn counted(&self) -> Counted {
+        match self.counted_at_the_wire().await {
+            Some(wire) => Counted {
+                store: wire.store.clone(),
+                wire: Some(wire),
+            },
+            None => Counted {
+                store: self.another().await,
+                wire: None,
+            },
         }
     }
 

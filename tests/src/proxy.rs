@@ -1,7 +1,7 @@
 //! A small fault-injecting TCP proxy for the tests: it forwards 127.0.0.1:`port` to a target
 //! and can be told to delay, to stall requests for a while, to swallow the server's replies and
 //! cut the connection, to refuse every connection (a partition), or to forward to another
-//! server from now on (a failover).
+//! server from now on (a failover). It also counts round trips as they cross the wire.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -51,6 +51,10 @@ struct Shared {
     generation: AtomicU64,
     /// Where new connections go (`host:port`).
     target: std::sync::Mutex<String>,
+    /// Round trips seen on every connection (see [`Proxy::round_trips`]).
+    round_trips: AtomicU64,
+    /// Connection tests seen on every connection (see [`Proxy::pings`]).
+    pings: AtomicU64,
 }
 
 /// A running proxy; it stops when dropped.
@@ -81,6 +85,8 @@ impl Proxy {
             base: tokio::time::Instant::now(),
             generation: AtomicU64::new(0),
             target: std::sync::Mutex::new(target),
+            round_trips: AtomicU64::new(0),
+            pings: AtomicU64::new(0),
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -126,6 +132,23 @@ impl Proxy {
         );
     }
 
+    /// Round trips that crossed the proxy so far, on all its connections: on each connection,
+    /// every time the server answers after the client spoke counts one. Requests a client
+    /// pipelines before the answer (a script and its `WAIT`, a statement's bind and execute,
+    /// a connection test and the next statement) are one round trip, as they cost one network
+    /// delay; a message the client sends that the server does not answer costs none. A
+    /// connection test alone and its answer count in [`Proxy::pings`] instead.
+    pub fn round_trips(&self) -> u64 {
+        self.shared.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// Connection tests answered alone so far: a PostgreSQL client's bare `Sync` (which sqlx's
+    /// pool sends each time a connection goes back to it, after the operation had its answer)
+    /// and the server's `ReadyForQuery`. Seen only on a connection without TLS.
+    pub fn pings(&self) -> u64 {
+        self.shared.pings.load(Ordering::SeqCst)
+    }
+
     /// Stalls what the client sends for `stall` from now: every request read meanwhile reaches
     /// the server when the stall ends, however many round trips it takes (the first waits,
     /// the next pass), and the server's answers pass at once.
@@ -146,13 +169,15 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
         s.generation.load(Ordering::SeqCst) == generation
             && Mode::from_code(s.mode.load(Ordering::SeqCst)) != Mode::Partition
     };
+    // What the client has sent since the server last spoke: the server's next chunk answers it.
+    let awaiting = Arc::new(AtomicU8::new(Awaiting::Nothing as u8));
     // Each direction: a reader stamps every chunk with when it is due (read time + delay) and
     // a writer forwards it then, in order. A delay is latency: a chunk waiting does not hold
     // back the reading of the next one.
     let up = {
         let s = s.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let read = read_chunks(client_read, tx, s.clone(), true);
+        let read = read_chunks(client_read, tx, s.clone(), Side::Client(awaiting.clone()));
         let write = async move {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
@@ -167,7 +192,7 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     let down = {
         let s = s.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let read = read_chunks(server_read, tx, s.clone(), false);
+        let read = read_chunks(server_read, tx, s.clone(), Side::Server(awaiting.clone()));
         let write = async move {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
@@ -214,13 +239,35 @@ async fn forward(
     }
 }
 
-/// Reads chunks until the end of the stream, each stamped with when it is due; `requests`
-/// for what the client sends, which a stall holds up.
+/// What a connection's client has sent since its server last spoke.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Awaiting {
+    Nothing = 0,
+    /// A connection test alone (a PostgreSQL `Sync`).
+    Ping = 1,
+    /// A request.
+    Request = 2,
+}
+
+/// PostgreSQL's `Sync` message: `S` and its length, 4.
+const PG_SYNC: [u8; 5] = [b'S', 0, 0, 0, 4];
+
+/// Which end a stream of chunks comes from, with what the connection's client has sent since
+/// its server last spoke ([`Awaiting`]).
+enum Side {
+    Client(Arc<AtomicU8>),
+    Server(Arc<AtomicU8>),
+}
+
+/// Reads chunks until the end of the stream, each stamped with when it is due; what the
+/// client sends (requests) a stall holds up, and the server's first chunk after a request
+/// counts a round trip.
 async fn read_chunks(
     mut from: tokio::net::tcp::OwnedReadHalf,
     to: tokio::sync::mpsc::UnboundedSender<(tokio::time::Instant, Vec<u8>)>,
     s: Arc<Shared>,
-    requests: bool,
+    side: Side,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -230,9 +277,28 @@ async fn read_chunks(
         };
         let delay = Duration::from_millis(s.delay_ms.load(Ordering::SeqCst));
         let mut due = tokio::time::Instant::now() + delay;
-        if requests {
-            let stalled = Duration::from_millis(s.stalled_until_ms.load(Ordering::SeqCst));
-            due = due.max(s.base + stalled);
+        match &side {
+            Side::Client(awaiting) => {
+                let now = if buf[..n] == PG_SYNC {
+                    Awaiting::Ping
+                } else {
+                    Awaiting::Request
+                };
+                let _ = awaiting.fetch_max(now as u8, Ordering::SeqCst);
+                let stalled = Duration::from_millis(s.stalled_until_ms.load(Ordering::SeqCst));
+                due = due.max(s.base + stalled);
+            }
+            Side::Server(awaiting) => {
+                match awaiting.swap(Awaiting::Nothing as u8, Ordering::SeqCst) {
+                    x if x == Awaiting::Request as u8 => {
+                        s.round_trips.fetch_add(1, Ordering::SeqCst);
+                    }
+                    x if x == Awaiting::Ping as u8 => {
+                        s.pings.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+            }
         }
         if to.send((due, buf[..n].to_vec())).is_err() {
             return;

@@ -277,10 +277,116 @@ impl Cluster {
     /// The node (an index into `nodes`) that serves `key`'s hash slot as primary now, and the
     /// node that replicates it, asked of any live node other than those in `skip`.
     pub fn primary_and_replica_of(&self, key: &str, skip: &[usize]) -> (usize, usize) {
-        let ask = (0..self.nodes.len())
+        let (primary, replica) = self.owner_of(key, skip);
+        let table = || redis_cli(self.nodes[self.ask(skip)].port, &["cluster", "nodes"]);
+        let primary =
+            primary.unwrap_or_else(|| panic!("no live primary serves {key}:\n{}", table()));
+        let replica =
+            replica.unwrap_or_else(|| panic!("the primary of {key} has no replica:\n{}", table()));
+        (primary, replica)
+    }
+
+    /// The first node not in `skip`, to ask.
+    fn ask(&self, skip: &[usize]) -> usize {
+        (0..self.nodes.len())
             .find(|i| !skip.contains(i))
-            .expect("a live node");
-        let port = self.nodes[ask].port;
+            .expect("a live node")
+    }
+
+    /// The hash slot of `key`.
+    pub fn key_slot(&self, key: &str) -> u16 {
+        redis_cli(self.nodes[0].port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number")
+    }
+
+    /// The cluster id of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        redis_cli(self.nodes[i].port, &["cluster", "myid"])
+            .trim()
+            .to_owned()
+    }
+
+    /// The primaries now: the nodes flagged `master` and not failed, as node `ask` sees them.
+    pub fn primaries(&self, skip: &[usize]) -> Vec<usize> {
+        let table = redis_cli(self.nodes[self.ask(skip)].port, &["cluster", "nodes"]);
+        table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|r| r.len() > 2 && r[2].contains("master") && !r[2].contains("fail"))
+            .filter_map(|r| self.index_of_address(r[1]))
+            .collect()
+    }
+
+    fn index_of_address(&self, address: &str) -> Option<usize> {
+        let port: u16 = address.split(['@', ':']).nth(1)?.parse().ok()?;
+        self.nodes.iter().position(|n| n.port == port)
+    }
+
+    /// Moves hash slot `slot` from primary `from` to primary `to` the way `redis-cli --cluster
+    /// reshard` does (`CLUSTER SETSLOT … IMPORTING`/`MIGRATING`, `MIGRATE` key by key, then
+    /// `SETSLOT … NODE` on every primary), pausing `pause` after each key: meanwhile a client
+    /// is sent `ASK` for a key that has moved and `TRYAGAIN` for a script whose keys are split.
+    /// Returns how many keys moved.
+    pub fn migrate_slot(&self, slot: u16, from: usize, to: usize, pause: Duration) -> usize {
+        let slot = slot.to_string();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let (from_port, to_port) = (self.nodes[from].port, self.nodes[to].port);
+        let ok = |port: u16, args: &[&str]| {
+            let out = redis_cli(port, args);
+            assert!(out.trim() == "OK", "redis-cli -p {port} {args:?}: {out}");
+        };
+        ok(
+            to_port,
+            &["cluster", "setslot", &slot, "importing", &from_id],
+        );
+        ok(
+            from_port,
+            &["cluster", "setslot", &slot, "migrating", &to_id],
+        );
+        let mut moved = 0;
+        loop {
+            let keys = redis_cli(from_port, &["cluster", "getkeysinslot", &slot, "10"]);
+            let keys: Vec<&str> = keys
+                .lines()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            for key in keys {
+                let to_port = to_port.to_string();
+                let out = redis_cli(
+                    from_port,
+                    &["migrate", "127.0.0.1", &to_port, key, "0", "5000"],
+                );
+                assert!(
+                    matches!(out.trim(), "OK" | "NOKEY"),
+                    "MIGRATE {key} to port {to_port}: {out}"
+                );
+                moved += 1;
+                std::thread::sleep(pause);
+            }
+        }
+        ok(to_port, &["cluster", "setslot", &slot, "node", &to_id]);
+        ok(from_port, &["cluster", "setslot", &slot, "node", &to_id]);
+        for other in self.primaries(&[]) {
+            if other != from && other != to {
+                ok(
+                    self.nodes[other].port,
+                    &["cluster", "setslot", &slot, "node", &to_id],
+                );
+            }
+        }
+        moved
+    }
+
+    /// The primary that serves `key`'s hash slot and its replica, as the first node not in
+    /// `skip` sees them; `None` where there is none (yet).
+    pub fn owner_of(&self, key: &str, skip: &[usize]) -> (Option<usize>, Option<usize>) {
+        let port = self.nodes[self.ask(skip)].port;
         let slot: u16 = redis_cli(port, &["cluster", "keyslot", key])
             .trim()
             .parse()
@@ -291,17 +397,6 @@ impl Cluster {
             .lines()
             .map(|l| l.split_whitespace().collect())
             .collect();
-        let index_of = |address: &str| {
-            let port: u16 = address
-                .split(['@', ':'])
-                .nth(1)
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
-            self.nodes
-                .iter()
-                .position(|n| n.port == port)
-                .unwrap_or_else(|| panic!("no node on port {port}"))
-        };
         let serves = |ranges: &[&str]| {
             ranges.iter().any(|r| {
                 let mut ends = r.split('-').map(|n| n.parse::<u16>().unwrap_or(u16::MAX));
@@ -310,17 +405,21 @@ impl Cluster {
                 (first..=last).contains(&slot)
             })
         };
-        let primary = rows
-            .iter()
-            .find(|r| {
-                r.len() > 8 && r[2].contains("master") && !r[2].contains("fail") && serves(&r[8..])
-            })
-            .unwrap_or_else(|| panic!("no live primary serves slot {slot}:\n{table}"));
+        let Some(primary) = rows.iter().find(|r| {
+            r.len() > 8 && r[2].contains("master") && !r[2].contains("fail") && serves(&r[8..])
+        }) else {
+            return (None, None);
+        };
         let replica = rows
             .iter()
-            .find(|r| r.len() > 3 && r[2].contains("slave") && r[3] == primary[0])
-            .unwrap_or_else(|| panic!("the primary of slot {slot} has no replica:\n{table}"));
-        (index_of(primary[1]), index_of(replica[1]))
+            .find(|r| {
+                r.len() > 3
+                    && r[2].contains("slave")
+                    && !r[2].contains("fail")
+                    && r[3] == primary[0]
+            })
+            .and_then(|r| self.index_of_address(r[1]));
+        (self.index_of_address(primary[1]), replica)
     }
 }
 

@@ -96,3 +96,17 @@ pub async fn redis_cluster() -> Fixture {
             .expect("start the redis cluster");
     Fixture::open(url, None).await
 }
+
+/// A Redis Cluster of three primaries with a replica each, started by this test process (one
+/// for the whole process), in a namespace of the test's own.
+pub async fn redis_cluster_with_replicas() -> Fixture {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    let url = tokio::task::spawn_blocking(|| {
+        CLUSTER
+            .get_or_init(|| servers::start_redis_cluster_with_replicas(5_000))
+            .url()
+    })
+    .await
+    .expect("start the redis cluster with replicas");
+    Fixture::open(url, None).await
+}

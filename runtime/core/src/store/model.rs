@@ -248,7 +248,8 @@ fn holds(run: &Run, token: Token) -> bool {
 }
 
 /// Rule 2: a heartbeat extends the lease, only with the current token and only while the lease
-/// was not released.
+/// was not released, and only while it is alive by the store's clock: one that arrives after
+/// the lease ran out is refused even when no backup has taken the run over yet.
 pub(crate) fn heartbeat(
     now: i64,
     run: Option<Run>,
@@ -256,7 +257,7 @@ pub(crate) fn heartbeat(
     lease: Duration,
 ) -> (HeartbeatOutcome, Option<Run>) {
     match run {
-        Some(mut run) if holds(&run, token) => {
+        Some(mut run) if holds(&run, token) && run.lease_end > now => {
             run.lease_end = now + millis(lease);
             (
                 HeartbeatOutcome::Renewed {

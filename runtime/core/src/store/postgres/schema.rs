@@ -33,6 +33,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "pause, resume and trigger: a paused job's claim answers paused",
         include_str!("migrations/0006_pause_and_trigger.sql"),
     ),
+    (
+        "a heartbeat after the lease ran out is refused by the store's clock",
+        include_str!("migrations/0007_heartbeat_after_the_lease_end_is_refused.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
