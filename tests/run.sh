@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of Baton, on a fresh machine too: first installs what is missing from the
-# package registries and starts the servers the tests need, then runs `cargo test --workspace`.
+# package registries and starts the servers the tests need, then runs `cargo test --workspace --no-fail-fast`.
 #
 #   tests/run.sh                  set up what is missing, then run every test
 #   tests/run.sh --setup-only     only set up
@@ -137,4 +137,5 @@ fi
 if $setup_only; then
   exit 0
 fi
-exec cargo test --workspace "${cargo_args[@]}"
+# --no-fail-fast: every test target runs and every failure is reported, not only the first.
+exec cargo test --workspace --no-fail-fast "${cargo_args[@]}"

@@ -855,7 +855,8 @@ impl Cluster {
     }
 
     /// Moves `job`'s hash slot from its primary to another, a key at a time, `pause` apart,
-    /// while the runners go on claiming (they are sent `ASK` and `TRYAGAIN` meanwhile).
+    /// while the runners go on claiming (they are sent `ASK` and `TRYAGAIN` meanwhile): an
+    /// outage of the job's keys, recorded as one.
     /// Returns how many keys moved and how long it took, ms.
     pub async fn migrate_slot_of(&mut self, job: &str, pause: Duration) -> (usize, i64) {
         let key = self.cluster_key(job);
@@ -875,6 +876,11 @@ impl Cluster {
             Some(to),
             "slot {slot} is not served by its new primary"
         );
+        // A script whose keys are split between the two nodes is answered `TRYAGAIN`, and the
+        // client retries it until the slot has settled: for the job's claims the store is out
+        // of reach meanwhile, and a slot due then may be passed over for the next (as in any
+        // outage, a runner claims only the latest due slot once it hears an answer).
+        self.outage(started, ended);
         self.disturb(started - 1_000, ended + 2_000);
         (moved, ended - started)
     }
