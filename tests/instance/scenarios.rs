@@ -284,8 +284,10 @@ pub async fn backup_sends_no_takeover_claim_once_a_newer_slot_has_started(f: &Fi
     const SLOTS: u64 = 6;
     let sent = requests_of_two_instances(f, 1_500, Duration::from_millis(50), SLOTS).await;
     // Each slot: the winner's claim and finish, the loser's claim. A takeover claim per slot
-    // (the backup's check of a finished run) would make it 4 × SLOTS.
-    assert_about(sent, 3 * SLOTS, 2, &format!("{SLOTS} slots, two instances"));
+    // (the backup's check of a finished run) would make it 4 × SLOTS, well past the
+    // bound. The slack (3): a request in flight as the count was read, and on a loaded machine
+    // a backup's check that falls before a late next claim.
+    assert_about(sent, 3 * SLOTS, 3, &format!("{SLOTS} slots, two instances"));
 }
 
 /// A slot skipped as an overlap is not watched once a newer slot has started: a claim of it
