@@ -101,6 +101,21 @@ pub struct JobSpec {
     pub max_late: i64,
 }
 
+impl JobSpec {
+    /// A job due every `period` ms, with `max_attempts` 3 and the default `catch_up` and
+    /// `max_late`.
+    pub fn every(name: &str, period: i64, well_behaved: bool) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            period,
+            max_attempts: 3,
+            well_behaved,
+            catch_up: DEFAULT_CATCH_UP_MS,
+            max_late: DEFAULT_MAX_LATE_MS,
+        }
+    }
+}
+
 /// The spec's default `catch_up`: 5 minutes.
 pub const DEFAULT_CATCH_UP_MS: i64 = 300_000;
 /// Baton's default `max_late`: 30 s.

@@ -103,14 +103,7 @@ pub fn effects_job(
     well_behaved: bool,
 ) -> Job {
     Job {
-        spec: JobSpec {
-            name: name.into(),
-            period: period_s * 1000,
-            max_attempts: 3,
-            well_behaved,
-            catch_up: checker::DEFAULT_CATCH_UP_MS,
-            max_late: checker::DEFAULT_MAX_LATE_MS,
-        },
+        spec: JobSpec::every(name, period_s * 1000, well_behaved),
         guest: env!("GUEST_SIDE_EFFECT"),
         toml: format!(
             "schedule = \"{}\"\n{extra}\n[grants]\ndata_dir = \"data/{name}\"\nenv = {{ STEPS = \"{steps}\", STEP_MS = \"{step_ms}\" }}\n",
@@ -135,14 +128,7 @@ pub fn well_behaved() -> Vec<Job> {
 /// store answers. The checker holds every key's last writer to that attempt's lease.
 pub fn state_job(name: &str, period_s: i64, steps: u32, step_ms: u32) -> Job {
     Job {
-        spec: JobSpec {
-            name: name.into(),
-            period: period_s * 1000,
-            max_attempts: 3,
-            well_behaved: true,
-            catch_up: checker::DEFAULT_CATCH_UP_MS,
-            max_late: checker::DEFAULT_MAX_LATE_MS,
-        },
+        spec: JobSpec::every(name, period_s * 1000, true),
         guest: env!("GUEST_STATE_WRITER"),
         toml: format!(
             "schedule = \"{}\"\n[grants]\nenv = {{ STEPS = \"{steps}\", STEP_MS = \"{step_ms}\" }}\n",
@@ -156,14 +142,7 @@ pub fn state_job(name: &str, period_s: i64, steps: u32, step_ms: u32) -> Job {
 /// sending a `GET` to `url`, whose origin its job file allows.
 pub fn probe_job(name: &str, origin: &str) -> Job {
     Job {
-        spec: JobSpec {
-            name: name.into(),
-            period: 3_000,
-            max_attempts: 3,
-            well_behaved: true,
-            catch_up: checker::DEFAULT_CATCH_UP_MS,
-            max_late: checker::DEFAULT_MAX_LATE_MS,
-        },
+        spec: JobSpec::every(name, 3_000, true),
         guest: env!("GUEST_HTTP_PROBE"),
         toml: format!(
             "schedule = \"{}\"\n[grants]\ndata_dir = \"data/{name}\"\nallowed_outbound_hosts = [\"{origin}\"]\n\
@@ -175,14 +154,7 @@ pub fn probe_job(name: &str, origin: &str) -> Job {
 
 fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) -> Job {
     Job {
-        spec: JobSpec {
-            name: name.into(),
-            period: period_s * 1000,
-            max_attempts: 3,
-            well_behaved: false,
-            catch_up: checker::DEFAULT_CATCH_UP_MS,
-            max_late: checker::DEFAULT_MAX_LATE_MS,
-        },
+        spec: JobSpec::every(name, period_s * 1000, false),
         guest,
         toml: format!("schedule = \"{}\"\n{extra}\n", every(period_s)),
     }

@@ -201,11 +201,10 @@ impl Scenario {
                 next_success(&c).await;
             }
             Scenario::FreezeEffects => {
-                if let Some(server) = &server {
-                    let (n, violation) = zombie_effects(&mut c, server).await;
-                    note = n;
-                    extra.extend(violation);
-                }
+                let server = server.as_ref().expect("the scenario's HTTP server");
+                let (n, violation) = zombie_effects(&mut c, server).await;
+                note = n;
+                extra.extend(violation);
             }
             Scenario::Terminate => {
                 c.start(3).await;

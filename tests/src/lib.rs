@@ -28,13 +28,12 @@ pub struct Fixture {
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
-/// A client whose round trips are counted at the wire (see [`Fixture::counted_at_the_wire`]).
+/// A counting TCP proxy in front of the store (see [`Fixture::counted_at_the_wire`]).
 pub struct Wire {
-    /// The client, connected through the proxy.
-    pub store: Arc<dyn Store>,
     /// The proxy, which counts.
     pub proxy: proxy::Proxy,
-    /// The store URL through the proxy: for an instance whose round trips are to be counted.
+    /// The store URL through the proxy: for a client or an instance whose round trips are to
+    /// be counted.
     pub url: String,
 }
 
@@ -97,10 +96,10 @@ impl Fixture {
         }
     }
 
-    /// Another client of the same store and namespace whose every connection crosses a TCP
-    /// proxy that counts round trips at the wire ([`proxy::Proxy::round_trips`]); `None` for a
-    /// store with no wire to count on (a SQLite file) or one whose client follows the servers'
-    /// own addresses (a Redis Cluster's redirects).
+    /// A TCP proxy in front of the store that counts round trips at the wire
+    /// ([`proxy::Proxy::round_trips`]), and the store URL through it; `None` for a store with no
+    /// wire to count on (a SQLite file) or one whose client follows the servers' own addresses
+    /// (a Redis Cluster's redirects).
     pub async fn counted_at_the_wire(&self) -> Option<Wire> {
         let (scheme, rest) = self.url.split_once("://")?;
         if scheme == "sqlite" || scheme.contains("cluster") {
@@ -119,10 +118,7 @@ impl Fixture {
             let sep = if url.contains('?') { '&' } else { '?' };
             url = format!("{url}{sep}sslmode=disable");
         }
-        let store = store::open(&url, &self.namespace)
-            .await
-            .unwrap_or_else(|e| panic!("cannot open {url} through the counting proxy: {e}"));
-        Some(Wire { store, proxy, url })
+        Some(Wire { proxy, url })
     }
 
     /// Another client of the same store and namespace whose round trips are counted: at the
@@ -130,7 +126,11 @@ impl Fixture {
     pub async fn counted(&self) -> Counted {
         match self.counted_at_the_wire().await {
             Some(wire) => Counted {
-                store: wire.store.clone(),
+                store: store::open(&wire.url, &self.namespace)
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("cannot open {} through the counting proxy: {e}", wire.url)
+                    }),
                 wire: Some(wire),
             },
             None => Counted {

@@ -295,10 +295,7 @@ impl Cluster {
 
     /// The hash slot of `key`.
     pub fn key_slot(&self, key: &str) -> u16 {
-        redis_cli(self.nodes[0].port, &["cluster", "keyslot", key])
-            .trim()
-            .parse()
-            .expect("CLUSTER KEYSLOT answers a number")
+        key_slot_on(self.nodes[0].port, key)
     }
 
     /// The cluster id of node `i`.
@@ -387,10 +384,7 @@ impl Cluster {
     /// `skip` sees them; `None` where there is none (yet).
     pub fn owner_of(&self, key: &str, skip: &[usize]) -> (Option<usize>, Option<usize>) {
         let port = self.nodes[self.ask(skip)].port;
-        let slot: u16 = redis_cli(port, &["cluster", "keyslot", key])
-            .trim()
-            .parse()
-            .expect("CLUSTER KEYSLOT answers a number");
+        let slot = key_slot_on(port, key);
         let table = redis_cli(port, &["cluster", "nodes"]);
         // <id> <ip:port@bus> <flags> <master-id> <ping> <pong> <epoch> <link> <slot ranges…>
         let rows: Vec<Vec<&str>> = table
@@ -421,6 +415,14 @@ impl Cluster {
             .and_then(|r| self.index_of_address(r[1]));
         (self.index_of_address(primary[1]), replica)
     }
+}
+
+/// The hash slot of `key`, asked of the cluster node on `port`.
+fn key_slot_on(port: u16, key: &str) -> u16 {
+    redis_cli(port, &["cluster", "keyslot", key])
+        .trim()
+        .parse()
+        .expect("CLUSTER KEYSLOT answers a number")
 }
 
 /// Starts three `redis-server --cluster-enabled yes` nodes and forms a cluster of them with
