@@ -7,7 +7,8 @@
 //!   attempt of the store's history (same job, slot, attempt and runner; `success` only for an
 //!   attempt the store recorded `success`), and the reverse: every attempt the store granted to
 //!   a runner whose log is read was logged `won` by it, and every attempt it recorded `success`
-//!   was logged `success` — unless the runner was killed before it could log the line.
+//!   was logged `success` — unless the runner was killed before it could log the line, or the
+//!   store's answer could have been lost in an outage or a cut link.
 //! - [`SKIPS_JUSTIFIED`]: every `skip` for `overlap` names a slot while an older run of the job
 //!   held a live lease when the claim could have been made (within [`LOGGED_WITHIN_MS`] before
 //!   the runner logged the answer: a runner may send a claim a little before its slot by the
@@ -117,6 +118,7 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
             let granted_by = a.started_at + LOGGED_WITHIN_MS;
             if granted_by <= input.window.1
                 && logged_until(input, &a.runner, granted_by)
+                && !answer_may_be_lost(input, &a.runner, a.started_at)
                 && !lines.contains(&"won")
             {
                 v.push(Violation {
@@ -143,6 +145,18 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// Whether the store's answer to `runner` at `at` may never have reached it: the store was
+/// stopped or cut off around then (a claim that took effect just before a server was killed,
+/// or behind a cut link, whose reply was lost), so the runner cannot have logged it.
+fn answer_may_be_lost(input: &Input, runner: &str, at: i64) -> bool {
+    input
+        .outages
+        .iter()
+        .chain(&input.cut_off)
+        .filter(|s| s.runner.as_deref().is_none_or(|r| r == runner))
+        .any(|s| s.from - LOGGED_WITHIN_MS <= at && at <= s.to)
 }
 
 /// The end of an attempt's live lease: its end, or the run's lease end while it is current.
