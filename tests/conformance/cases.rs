@@ -1315,6 +1315,11 @@ pub async fn a_run_costs_one_round_trip_per_claim_heartbeat_and_finish(f: &Fixtu
             "a run with {heartbeats} heartbeats sent {sent} requests (counted at the {})",
             counted.counted_where()
         );
+        assert_eq!(
+            counted.pings() - pings,
+            0,
+            "connection tests crossed the wire besides the run's own round trips"
+        );
     }
 }
 

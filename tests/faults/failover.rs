@@ -376,3 +376,77 @@ fn failover_of_a_cluster_primary_loses_no_fence_finish_or_acknowledged_claim() {
     let _shared = crate::machine_shared();
     runtime().block_on(trials("cluster", cluster_trial));
 }
+
+/// After the primary of a job's hash slot dies and the cluster promotes its replica, a client
+/// opened before (with `?replicas=auto`, which waited for that replica) gets its claims of the
+/// job answered again within a few seconds: the promoted primary has no replica, so nothing
+/// waits for one any more.
+#[test]
+fn claims_are_answered_again_soon_after_a_cluster_primary_fails_over() {
+    let _shared = crate::machine_shared();
+    runtime().block_on(async {
+        let cluster = tokio::task::spawn_blocking(|| start_redis_cluster_with_replicas(1_000))
+            .await
+            .expect("a cluster with replicas");
+        let namespace = unique("failover");
+        let store = store::open(&cluster.url(), &namespace)
+            .await
+            .expect("open the cluster store");
+        let options = LeaseOptions::with_lease(Duration::from_secs(3));
+        let claim = |slot: i64| {
+            let store = store.clone();
+            async move {
+                let request = baton_core::lease::ClaimRequest {
+                    job: JOB,
+                    slot,
+                    kind: baton_core::lease::ClaimKind::Scheduled,
+                    runner: "runner-a",
+                    token: baton_core::lease::Token::random(),
+                    digest: None,
+                    options: &options,
+                };
+                store.claim(&request).await
+            }
+        };
+        let now = store.now().await.expect("the store's clock");
+        let won = claim(now).await.expect("a claim before the failover");
+        assert!(
+            matches!(won, baton_core::lease::ClaimOutcome::Won(_)),
+            "{won:?}"
+        );
+
+        let tag = format!("{{{namespace}:{JOB}}}");
+        let (primary, replica) = cluster.primary_and_replica_of(&tag, &[]);
+        signal(&cluster.nodes[primary], libc::SIGKILL);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !redis_cli(cluster.nodes[replica].port, &["role"]).starts_with("master") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the replica was not promoted within 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let promoted = tokio::time::Instant::now();
+        let mut slot = now;
+        let mut failures = Vec::new();
+        loop {
+            slot += 1_000;
+            let sent = tokio::time::Instant::now();
+            match claim(slot).await {
+                Ok(baton_core::lease::ClaimOutcome::Won(_)) => break,
+                Ok(other) => failures.push(format!("{:?}: {other:?}", sent - promoted)),
+                Err(e) => failures.push(format!("{:?}: {e}", sent - promoted)),
+            }
+            assert!(
+                promoted.elapsed() < Duration::from_secs(10),
+                "no claim won within 10 s of the promotion:\n{}",
+                failures.join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "a claim won {:?} after the promotion; before it: {failures:?}",
+            promoted.elapsed()
+        );
+    });
+}

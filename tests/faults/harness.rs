@@ -472,8 +472,13 @@ impl Cluster {
         let stderr = child.stderr.take().expect("the runner's stderr");
         let events = self.events.clone();
         let runner = id.to_owned();
+        // `BATON_FAULTS_ECHO=1` prints every line the runners log, to follow a scenario.
+        let echo = std::env::var_os("BATON_FAULTS_ECHO").is_some();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("[{runner} {}] {line}", now_ms());
+                }
                 match checker::parse_event(&runner, now_ms(), &line) {
                     Some(e) => events.lock().unwrap_or_else(|p| p.into_inner()).push(e),
                     None => eprintln!("[{runner}] {line}"),
@@ -855,6 +860,59 @@ impl Cluster {
         self.outage(started, ended);
         self.disturb(started - 1_000, ended + 2_000);
         (moved, ended - started)
+    }
+
+    /// Kills (`kill -9`) the primary that serves `job`'s hash slot and waits until the cluster
+    /// has promoted its replica: an outage of the job's keys from the kill to the promotion,
+    /// recorded as one until every runner has heard from the promoted primary. Returns how long
+    /// the promotion took and how long after it the last runner heard, ms.
+    pub async fn fail_over_primary_of(&mut self, job: &str) -> (i64, i64) {
+        let key = self.cluster_key(job);
+        let cluster = self.cluster();
+        let (primary, replica) = cluster.primary_and_replica_of(&key, &[]);
+        let started = now_ms();
+        servers::signal(&cluster.nodes[primary], libc::SIGKILL);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let role = servers::redis_cli(cluster.nodes[replica].port, &["role"]);
+            if role.starts_with("master") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica of the killed primary was not promoted within 20 s: {role}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let promoted = now_ms();
+        // Until a runner hears from the promoted primary (its client finds it, and requests
+        // sent to the dead one time out) the job's keys are out of its reach: the outage lasts
+        // until every runner has had a claim of `job` answered.
+        let mut heard = promoted;
+        let live: Vec<String> = self
+            .runners
+            .iter()
+            .filter(|r| r.child.is_some())
+            .map(|r| r.id.clone())
+            .collect();
+        for id in live {
+            let answered = self
+                .wait_event(
+                    Duration::from_secs(30),
+                    "a claim answered by the promoted primary",
+                    |e| {
+                        e.runner == id
+                            && e.job.as_deref() == Some(job)
+                            && e.at >= promoted
+                            && matches!(e.kind.as_str(), "won" | "backup" | "skip")
+                    },
+                )
+                .await;
+            heard = heard.max(answered.at);
+        }
+        self.outage(started, heard);
+        self.disturb(started - 1_000, heard + 3_000);
+        (promoted - started, heard - promoted)
     }
 
     /// Records a span in which no runner could get a claim answered in time: the store was out

@@ -39,6 +39,9 @@ pub enum Scenario {
     /// Redis Cluster: the hash slot of `tick` (due every second) moved to another primary, a key
     /// every 500 ms, while its claims run (`MOVED`, `ASK`, `TRYAGAIN`).
     SlotMigration,
+    /// Redis Cluster: the primary that serves `effects` killed mid-attempt (`kill -9`), and its
+    /// replica promoted by the cluster while the runners go on claiming.
+    PrimaryFailover,
 }
 
 /// What a scenario leaves for the checker and the report.
@@ -77,7 +80,7 @@ const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::FreezeEffects,
@@ -89,6 +92,7 @@ impl Scenario {
         Scenario::ClockSkew,
         Scenario::AllDown,
         Scenario::SlotMigration,
+        Scenario::PrimaryFailover,
     ];
 
     /// Its name in the report.
@@ -105,6 +109,7 @@ impl Scenario {
             Scenario::ClockSkew => "clock ±3h",
             Scenario::AllDown => "all down",
             Scenario::SlotMigration => "slot migration",
+            Scenario::PrimaryFailover => "primary failover",
         }
     }
 
@@ -127,7 +132,7 @@ impl Scenario {
             Scenario::StoreRestart if cluster => Some(
                 "a cluster is not stopped as one server (a primary's failover: the failover scenarios)",
             ),
-            Scenario::SlotMigration if !cluster => {
+            Scenario::SlotMigration | Scenario::PrimaryFailover if !cluster => {
                 Some("needs a Redis Cluster")
             }
             _ => None,
@@ -293,8 +298,8 @@ impl Scenario {
                     next_success(&c).await;
                 }
                 c.delay(0, Duration::ZERO);
-                // A run the delayed runner holds may be fenced: its heartbeats take several
-                // round trips (on PostgreSQL a pool ping and the statement) against a 1 s lease.
+                // A run the delayed runner holds may be fenced: each of its requests takes
+                // 200 ms longer, against a 1 s lease.
                 c.disturb(from, now_ms() + 2_000);
                 let wins = c
                     .events()
@@ -333,6 +338,30 @@ impl Scenario {
                         detail: note.clone(),
                     });
                 }
+            }
+            Scenario::PrimaryFailover => {
+                c.start(3).await;
+                let _ = c.next_attempt("effects").await;
+                tokio::time::sleep(MID_ATTEMPT).await;
+                let (took, heard) = c.fail_over_primary_of("effects").await;
+                let promoted = now_ms();
+                for _ in 0..2 {
+                    next_success_of(&c, "effects").await;
+                }
+                next_success(&c).await;
+                let events = c.events();
+                let after = |kind: &str| {
+                    events
+                        .iter()
+                        .filter(|e| e.job.as_deref() == Some("effects"))
+                        .filter(|e| e.kind == kind && e.at >= promoted)
+                        .count()
+                };
+                note = format!(
+                    "effects' primary killed, its replica promoted in {took} ms, heard by every runner {heard} ms later; then {} wins, {} successes of effects",
+                    after("won"),
+                    after("success")
+                );
             }
             Scenario::AllDown => {
                 c.start(2).await;

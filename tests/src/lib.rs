@@ -54,8 +54,8 @@ impl Counted {
         }
     }
 
-    /// Connection tests answered alone, seen at the wire (PostgreSQL: sqlx's pool tests each
-    /// connection as it takes it back, after the operation had its answer); 0 elsewhere.
+    /// Connection tests answered alone, seen at the wire (a PostgreSQL client's bare `Sync`,
+    /// which a pool that tests the connections it takes back sends); 0 elsewhere.
     pub fn pings(&self) -> u64 {
         self.wire.as_ref().map_or(0, |w| w.proxy.pings())
     }
@@ -122,16 +122,11 @@ impl Fixture {
     }
 
     /// Another client of the same store and namespace whose round trips are counted: at the
-    /// wire on Redis and Valkey ([`Fixture::counted_at_the_wire`]), else by the client itself.
-    /// PostgreSQL is counted by the client: sqlx's pool tests each connection as it takes it
-    /// back, and may open another meanwhile, whose start-up crosses the wire too, so the wire
-    /// holds more than the operations' own round trips.
+    /// wire on Redis, Valkey and PostgreSQL ([`Fixture::counted_at_the_wire`]), else by the
+    /// client itself (a SQLite file, or a Redis Cluster, whose client follows redirects past
+    /// any proxy).
     pub async fn counted(&self) -> Counted {
-        let wired = self.url.starts_with("redis://") || self.url.starts_with("valkey://");
-        let wire = match wired {
-            true => self.counted_at_the_wire().await,
-            false => None,
-        };
+        let wire = self.counted_at_the_wire().await;
         match wire {
             Some(wire) => Counted {
                 store: store::open(&wire.url, &self.namespace)

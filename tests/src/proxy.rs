@@ -142,8 +142,8 @@ impl Proxy {
         self.shared.round_trips.load(Ordering::SeqCst)
     }
 
-    /// Connection tests answered alone so far: a PostgreSQL client's bare `Sync` (which sqlx's
-    /// pool sends each time a connection goes back to it, after the operation had its answer)
+    /// Connection tests answered alone so far: a PostgreSQL client's bare `Sync` (which a pool
+    /// that tests each connection it takes back sends, after the operation had its answer)
     /// and the server's `ReadyForQuery`. Seen only on a connection without TLS.
     pub fn pings(&self) -> u64 {
         self.shared.pings.load(Ordering::SeqCst)

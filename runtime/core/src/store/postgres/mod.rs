@@ -1,4 +1,5 @@
-//! The PostgreSQL store: PostgreSQL 13 or newer, through a pool of connections.
+//! The PostgreSQL store: PostgreSQL 13 or newer, through a pool of connections of its own
+//! (`connections.rs`: nothing is sent but the statements).
 //!
 //! Every operation is one round trip: a call of one PL/pgSQL function (`baton_claim`,
 //! `baton_heartbeat`, `baton_finish`, `baton_release`) that runs the algorithm of the store
@@ -12,6 +13,32 @@
 //! `?schema=NAME`, created and upgraded by embedded migrations; a run is kept as the JSON record
 //! of [`Run`], with the namespace, job, slot, status and lease end in columns beside it.
 
+/// Runs one statement on a connection of the store's own pool, within the store's timeout
+/// (`?timeout=`, [`DEFAULT_TIMEOUT`](crate::store::DEFAULT_TIMEOUT) unless given), which covers the wait for a connection
+/// too: `bounded!(self, c => query.fetch_one(c))`. Counted (see [`Store::round_trips`]). A
+/// statement cut short this way still ends on the server; its connection is closed.
+macro_rules! bounded {
+    ($store:expr, $c:ident => $statement:expr) => {{
+        let store = $store;
+        let deadline = tokio::time::Instant::now() + store.timeout;
+        match store.pool.acquire(deadline).await {
+            Err(e) => Err(store.no_connection(e)),
+            Ok(mut held) => {
+                store
+                    .round_trips
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let answer = {
+                    let $c: &mut sqlx::PgConnection = held.connection();
+                    tokio::time::timeout_at(deadline, $statement).await
+                };
+                held.ended(&answer);
+                store.answered(answer)
+            }
+        }
+    }};
+}
+
+mod connections;
 mod schema;
 mod state;
 mod url;
@@ -21,10 +48,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
 
-use super::{Store, StoreError, DEFAULT_TIMEOUT, TIMEOUT_PARAMETER};
+use super::{ServerTime, Store, StoreError, TIMEOUT_PARAMETER};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Overlap, Run, RunState,
     Status, Token, TokenOutcome,
@@ -35,6 +62,7 @@ use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 pub use schema::{MIN_SERVER_VERSION, SCHEMA_VERSION};
 pub use url::DEFAULT_SCHEMA;
 
+use connections::{Connections, NoConnection};
 use url::Target;
 
 /// How long opening the store waits for the server before it fails with
@@ -64,14 +92,7 @@ pub const WARM_CONNECTIONS: u32 = 2;
 pub async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
     let target = Target::parse(url)?;
     set_up(&target).await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(POOL_SIZE)
-        .acquire_timeout(target.timeout)
-        // A ping before each operation would double its round trips; a dead connection shows
-        // up as a retryable error of the operation instead.
-        .test_before_acquire(false)
-        .min_connections(WARM_CONNECTIONS)
-        .connect_with(target.options.clone())
+    let pool = Connections::open(target.options.clone(), POOL_SIZE, WARM_CONNECTIONS)
         .await
         .map_err(|e| map_error(&target.store(), e))?;
     Ok(Arc::new(PostgresStore {
@@ -128,15 +149,6 @@ pub(crate) fn map_error(store: &str, e: sqlx::Error) -> StoreError {
             store,
             source: e.into(),
         },
-        sqlx::Error::PoolTimedOut => StoreError::Unreachable {
-            store,
-            source: format!(
-                "no connection within the store's timeout (?{TIMEOUT_PARAMETER}=, {} s unless \
-                 given): every connection of the pool is busy, or the server does not answer",
-                DEFAULT_TIMEOUT.as_secs()
-            )
-            .into(),
-        },
         sqlx::Error::Database(ref db) if db.code().is_some_and(|c| is_connection_code(&c)) => {
             StoreError::Unreachable {
                 store,
@@ -179,6 +191,8 @@ struct Queries {
     forget_job: String,
     raw_primitive: String,
     clear_raw_primitive: String,
+    raw_release: String,
+    server_time: String,
     operate: String,
     paused: String,
     operations: String,
@@ -235,6 +249,19 @@ impl Queries {
                 "INSERT INTO {schema}.baton_bench_scratch (namespace, key) VALUES ($1, $2) \
                  ON CONFLICT DO NOTHING"
             ),
+            raw_release: format!(
+                "DELETE FROM {schema}.baton_bench_scratch WHERE namespace = $1 AND key = $2"
+            ),
+            // The top-level statements of this database: Baton's steps call its functions,
+            // the raw primitive and its release write the scratch table. Times in ms.
+            server_time: format!(
+                "SELECT coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%{schema}.baton\\_%(%' \
+                 AND query NOT LIKE '%baton\\_bench\\_scratch%'), 0)::float8, \
+                 coalesce(sum(total_exec_time) FILTER (WHERE query LIKE '%baton\\_bench\\_scratch%' \
+                 AND (query LIKE 'INSERT%' OR query LIKE 'DELETE%')), 0)::float8 \
+                 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database \
+                 WHERE datname = current_database())"
+            ),
             clear_raw_primitive: format!(
                 "DELETE FROM {schema}.baton_bench_scratch \
                  WHERE namespace = $1 AND starts_with(key, $2)"
@@ -256,7 +283,7 @@ impl Queries {
 
 /// A store in a PostgreSQL database.
 struct PostgresStore {
-    pool: PgPool,
+    pool: Connections,
     namespace: String,
     /// `HOST:PORT/DB`, for messages.
     store: String,
@@ -270,35 +297,43 @@ struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Sends one statement (counted, see [`Store::round_trips`]) and waits for its answer
-    /// within the store's timeout (`?timeout=`, [`DEFAULT_TIMEOUT`] unless given), which covers
-    /// the wait for a connection of the pool too. A statement cut short this way still ends on
-    /// the server; its connection is checked before it is used again.
-    async fn bounded<T>(
+    /// The store's error for a statement's end: its answer, or no answer within the timeout.
+    fn answered<T>(
         &self,
-        statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+        answer: Result<Result<T, sqlx::Error>, tokio::time::error::Elapsed>,
     ) -> Result<T, StoreError> {
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.timeout, statement).await {
+        match answer {
             Ok(answer) => answer.map_err(|e| self.error(e)),
-            Err(_) => Err(StoreError::Unreachable {
-                store: self.store.clone(),
-                source: format!(
-                    "no answer within {:?} (the store's timeout; set it with ?{TIMEOUT_PARAMETER}=)",
-                    self.timeout
-                )
-                .into(),
-            }),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The store's error when no connection could be had.
+    fn no_connection(&self, e: NoConnection) -> StoreError {
+        match e {
+            NoConnection::TimedOut => self.timed_out(),
+            NoConnection::Failed(e) => self.error(e),
+        }
+    }
+
+    fn timed_out(&self) -> StoreError {
+        StoreError::Unreachable {
+            store: self.store.clone(),
+            source: format!(
+                "no answer within {:?} (the store's timeout; set it with ?{TIMEOUT_PARAMETER}=)",
+                self.timeout
+            )
+            .into(),
         }
     }
 
     /// Runs `sql` with the namespace and `arg` as its parameters; returns the rows it changed.
     async fn execute(&self, sql: &str, arg: &str) -> Result<u64, StoreError> {
-        let statement = sqlx::query(sql)
+        let done = bounded!(self, c => sqlx::query(sql)
             .bind(&self.namespace)
             .bind(arg)
-            .execute(&self.pool);
-        Ok(self.bounded(statement).await?.rows_affected())
+            .execute(c))?;
+        Ok(done.rows_affected())
     }
 
     fn error(&self, e: sqlx::Error) -> StoreError {
@@ -327,7 +362,7 @@ impl PostgresStore {
         job: &str,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<Run>, StoreError> {
-        let rows = self.bounded(query.fetch_all(&self.pool)).await?;
+        let rows = bounded!(self, c => query.fetch_all(c))?;
         rows.iter()
             .map(|row| {
                 let record: String = row.try_get(0).map_err(|e| self.error(e))?;
@@ -427,7 +462,7 @@ impl PostgresStore {
         if let Some(result) = result {
             query = query.bind(result.status().as_str());
         }
-        let row = self.bounded(query.fetch_one(&self.pool)).await?;
+        let row = bounded!(self, c => query.fetch_one(c))?;
         let get_err = |e| self.error(e);
         let accepted: bool = row.try_get("accepted").map_err(get_err)?;
         if accepted {
@@ -449,15 +484,12 @@ impl Store for PostgresStore {
     }
 
     async fn now(&self) -> Result<i64, StoreError> {
-        self.bounded(sqlx::query_scalar(&self.sql.now).fetch_one(&self.pool))
-            .await
+        bounded!(self, c => sqlx::query_scalar(&self.sql.now).fetch_one(c))
     }
 
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let options = request.options;
-        let row = self
-            .bounded(
-                sqlx::query(&self.sql.claim)
+        let row = bounded!(self, c => sqlx::query(&self.sql.claim)
                     .bind(&self.namespace)
                     .bind(request.job)
                     .bind(request.slot)
@@ -471,9 +503,7 @@ impl Store for PostgresStore {
                     .bind(millis(options.lateness_limit(request.kind)))
                     .bind(millis(options.retention()))
                     .bind(i32::try_from(options.history_size).unwrap_or(i32::MAX))
-                    .fetch_one(&self.pool),
-            )
-            .await?;
+                    .fetch_one(c))?;
         self.claim_outcome(request.job, request.token, &row)
     }
 
@@ -484,17 +514,13 @@ impl Store for PostgresStore {
         token: Token,
         lease: Duration,
     ) -> Result<HeartbeatOutcome, StoreError> {
-        let row = self
-            .bounded(
-                sqlx::query(&self.sql.heartbeat)
+        let row = bounded!(self, c => sqlx::query(&self.sql.heartbeat)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(slot)
                     .bind(token.to_string())
                     .bind(millis(lease))
-                    .fetch_one(&self.pool),
-            )
-            .await?;
+                    .fetch_one(c))?;
         let get_err = |e| self.error(e);
         if row.try_get::<bool, _>("accepted").map_err(get_err)? {
             let lease_end: Option<i64> = row.try_get("lease_until").map_err(get_err)?;
@@ -532,15 +558,11 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
-        let record: Option<String> = self
-            .bounded(
-                sqlx::query_scalar(&self.sql.get)
+        let record: Option<String> = bounded!(self, c => sqlx::query_scalar(&self.sql.get)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(slot)
-                    .fetch_optional(&self.pool),
-            )
-            .await?;
+                    .fetch_optional(c))?;
         record.map(|r| self.decode_run(job, &r)).transpose()
     }
 
@@ -560,12 +582,9 @@ impl Store for PostgresStore {
     }
 
     async fn jobs(&self) -> Result<Vec<String>, StoreError> {
-        self.bounded(
-            sqlx::query_scalar(&self.sql.jobs)
+        bounded!(self, c => sqlx::query_scalar(&self.sql.jobs)
                 .bind(&self.namespace)
-                .fetch_all(&self.pool),
-        )
-        .await
+                .fetch_all(c))
     }
 
     async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
@@ -575,6 +594,26 @@ impl Store for PostgresStore {
 
     async fn raw_primitive(&self, key: &str) -> Result<bool, StoreError> {
         Ok(self.execute(&self.sql.raw_primitive, key).await? == 1)
+    }
+
+    async fn raw_release(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.execute(&self.sql.raw_release, key).await? == 1)
+    }
+
+    async fn server_time(&self) -> Result<Option<ServerTime>, StoreError> {
+        // Without the extension loaded (`shared_preload_libraries`) the view does not exist
+        // or refuses to be read: the server keeps no such counts.
+        let read: Result<(f64, f64), StoreError> =
+            bounded!(self, c => sqlx::query_as(&self.sql.server_time).fetch_one(c));
+        match read {
+            Ok((steps_ms, primitive_ms)) => Ok(Some(ServerTime {
+                steps_us: steps_ms * 1_000.0,
+                primitive_us: primitive_ms * 1_000.0,
+                source: "pg_stat_statements",
+            })),
+            Err(StoreError::Backend { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
@@ -616,9 +655,7 @@ impl Store for PostgresStore {
         by: &Operator,
     ) -> Result<OperateOutcome, StoreError> {
         let (action, stop) = (request.as_str(), request.stops());
-        let row = self
-            .bounded(
-                sqlx::query(&self.sql.operate)
+        let row = bounded!(self, c => sqlx::query(&self.sql.operate)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(action)
@@ -627,9 +664,7 @@ impl Store for PostgresStore {
                     .bind(by.reason.as_deref())
                     .bind(stop)
                     .bind(i32::try_from(OPERATIONS_KEPT).unwrap_or(i32::MAX))
-                    .fetch_one(&self.pool),
-            )
-            .await?;
+                    .fetch_one(c))?;
         let outcome: String = row.try_get("outcome").map_err(|e| self.error(e))?;
         let record: String = row.try_get("record").map_err(|e| self.error(e))?;
         let op = self.decode_operation(job, &record)?;
@@ -640,13 +675,9 @@ impl Store for PostgresStore {
     }
 
     async fn paused(&self) -> Result<Vec<Operation>, StoreError> {
-        let records: Vec<String> = self
-            .bounded(
-                sqlx::query_scalar(&self.sql.paused)
+        let records: Vec<String> = bounded!(self, c => sqlx::query_scalar(&self.sql.paused)
                     .bind(&self.namespace)
-                    .fetch_all(&self.pool),
-            )
-            .await?;
+                    .fetch_all(c))?;
         records
             .iter()
             .map(|r| self.decode_operation("", r))
@@ -659,16 +690,12 @@ impl Store for PostgresStore {
         since: i64,
         limit: usize,
     ) -> Result<Vec<Operation>, StoreError> {
-        let records: Vec<String> = self
-            .bounded(
-                sqlx::query_scalar(&self.sql.operations)
+        let records: Vec<String> = bounded!(self, c => sqlx::query_scalar(&self.sql.operations)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(since)
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .fetch_all(&self.pool),
-            )
-            .await?;
+                    .fetch_all(c))?;
         records
             .iter()
             .map(|r| self.decode_operation(job.unwrap_or_default(), r))

@@ -59,15 +59,11 @@ impl PostgresStore {
         job: &str,
         key: &str,
     ) -> Result<Option<StateEntry>, StoreError> {
-        let row = self
-            .bounded(
-                sqlx::query(&self.state_sql.get)
+        let row = bounded!(self, c => sqlx::query(&self.state_sql.get)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(key)
-                    .fetch_optional(&self.pool),
-            )
-            .await?;
+                    .fetch_optional(c))?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -79,14 +75,10 @@ impl PostgresStore {
     }
 
     pub(super) async fn list_state(&self, job: &str) -> Result<Vec<StateKey>, StoreError> {
-        let rows = self
-            .bounded(
-                sqlx::query(&self.state_sql.keys)
+        let rows = bounded!(self, c => sqlx::query(&self.state_sql.keys)
                     .bind(&self.namespace)
                     .bind(job)
-                    .fetch_all(&self.pool),
-            )
-            .await?;
+                    .fetch_all(c))?;
         rows.iter()
             .map(|row| {
                 let size: i64 = row.try_get(1).map_err(|e| self.error(e))?;
@@ -119,9 +111,7 @@ impl PostgresStore {
                 (Some(new), 0, expected.is_some(), expected)
             }
         };
-        let row = self
-            .bounded(
-                sqlx::query(&self.state_sql.write)
+        let row = bounded!(self, c => sqlx::query(&self.state_sql.write)
                     .bind(&self.namespace)
                     .bind(job)
                     .bind(slot)
@@ -133,9 +123,7 @@ impl PostgresStore {
                     .bind(expect)
                     .bind(expected)
                     .bind(i32::try_from(limits.max_keys).unwrap_or(i32::MAX))
-                    .fetch_one(&self.pool),
-            )
-            .await?;
+                    .fetch_one(c))?;
         let get_err = |e| self.error(e);
         let outcome: String = row.try_get("outcome").map_err(get_err)?;
         let flag: Option<bool> = row.try_get("flag").map_err(get_err)?;
@@ -179,11 +167,11 @@ impl PostgresStore {
     }
 
     async fn execute3(&self, sql: &str, job: &str, key: &str) -> Result<u64, StoreError> {
-        let statement = sqlx::query(sql)
+        let done = bounded!(self, c => sqlx::query(sql)
             .bind(&self.namespace)
             .bind(job)
             .bind(key)
-            .execute(&self.pool);
-        Ok(self.bounded(statement).await?.rows_affected())
+            .execute(c))?;
+        Ok(done.rows_affected())
     }
 }

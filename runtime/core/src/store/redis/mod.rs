@@ -48,7 +48,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, RedisError, RedisFuture, Script};
 use serde::Deserialize;
 
-use super::{Cause, Store, StoreError};
+use super::{Cause, ServerTime, Store, StoreError};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Run, RunState, Status,
     Token, TokenOutcome,
@@ -184,6 +184,28 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// The connection in `shared` now.
+fn current(shared: &Shared) -> Connection {
+    shared.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// A connection that can be replaced while clones of it are in use.
+type Shared = Arc<std::sync::RwLock<Connection>>;
+
+/// What reopens a cluster's connection: the client, and until when it goes on doing so.
+struct Reopen {
+    client: redis::cluster::ClusterClient,
+    until: Mutex<Option<std::time::Instant>>,
+}
+
+/// How often a cluster's connection is opened again while operations fail: every 1 s.
+const REOPEN_EVERY: Duration = Duration::from_secs(1);
+
+/// For how long after the last operation that failed as unreachable a cluster's connection is
+/// opened again every [`REOPEN_EVERY`]: 30 s, longer than a cluster takes to promote a replica
+/// with its default node timeout (15 s).
+const REOPEN_FOR: Duration = Duration::from_secs(30);
+
 /// A connection that counts every request sent on it (a command, or a pipeline: one round
 /// trip each), for [`Store::round_trips`].
 struct Counted {
@@ -224,12 +246,14 @@ impl redis::aio::ConnectionLike for Counted {
 /// A store on a Redis or Valkey server, or a Redis Cluster.
 pub struct RedisStore {
     /// Claims and everything else go on this connection.
-    connection: Connection,
+    connection: Shared,
     /// Heartbeats, finishes and releases go on a connection of their own, so that a burst of
     /// claims (every job of a busy host due on the same second) cannot queue a lease's renewal
     /// or a run's end behind it. On a cluster it is the same connection, which already talks to
     /// each node on its own.
-    leases: Connection,
+    leases: Shared,
+    /// On a cluster: how to open its connection again (see [`RedisStore::reopen_cluster`]).
+    cluster: Option<Arc<Reopen>>,
     /// Requests sent: see [`Store::round_trips`].
     sent: Arc<AtomicU64>,
     namespace: String,
@@ -308,9 +332,27 @@ impl RedisStore {
             reason: e.to_string(),
         };
         let connect = async {
-            let first = seeds.as_ref().map_or(url, |s| s[0].as_str());
-            if first.starts_with("redis://") || first.starts_with("valkey://") {
-                probe(&place_of(first)).await?;
+            // A cluster opens while any seed answers: one node may be down.
+            let mut unreachable = None;
+            for seed in seeds
+                .as_deref()
+                .unwrap_or(std::slice::from_ref(&url.to_owned()))
+            {
+                if !(seed.starts_with("redis://") || seed.starts_with("valkey://")) {
+                    unreachable = None;
+                    break;
+                }
+                match probe(&place_of(seed)).await {
+                    Ok(()) => {
+                        unreachable = None;
+                        break;
+                    }
+                    Err(e @ StoreError::Unreachable { .. }) => unreachable = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some(e) = unreachable {
+                return Err(e);
             }
             match &seeds {
                 None => {
@@ -326,7 +368,7 @@ impl RedisStore {
                             .map(Connection::Single)
                             .map_err(|e| connect_error(&place, e))
                     };
-                    Ok((open().await?, open().await?))
+                    Ok((open().await?, open().await?, None))
                 }
                 Some(seeds) => {
                     let client = redis::cluster::ClusterClientBuilder::new(seeds.clone())
@@ -339,20 +381,24 @@ impl RedisStore {
                         .await
                         .map(Connection::Cluster)
                         .map_err(|e| connect_error(&place, e))?;
-                    Ok((connection.clone(), connection))
+                    let reopen = Arc::new(Reopen {
+                        client,
+                        until: Mutex::new(None),
+                    });
+                    Ok((connection.clone(), connection, Some(reopen)))
                 }
             }
         };
-        let (connection, leases) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        let (connection, leases, cluster) = tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await
             .map_err(|_| StoreError::Unreachable {
-                store: place.clone(),
-                source: format!("no answer within {CONNECT_TIMEOUT:?} (the connect timeout)")
-                    .into(),
-            })??;
+            store: place.clone(),
+            source: format!("no answer within {CONNECT_TIMEOUT:?} (the connect timeout)").into(),
+        })??;
         let store = RedisStore {
-            connection,
-            leases,
+            connection: Arc::new(std::sync::RwLock::new(connection)),
+            leases: Arc::new(std::sync::RwLock::new(leases)),
+            cluster,
             sent: Arc::new(AtomicU64::new(0)),
             namespace: namespace.to_owned(),
             place,
@@ -403,10 +449,8 @@ impl RedisStore {
         let durability = Arc::downgrade(&self.durability);
         // Upkeep, not an operation: its readings are not in `round_trips`, which counts what
         // the store's operations send.
-        let mut connection = Counted {
-            connection: self.connection.clone(),
-            sent: Arc::new(AtomicU64::new(0)),
-        };
+        let shared = self.connection.clone();
+        let upkeep = Arc::new(AtomicU64::new(0));
         tokio::spawn(async move {
             loop {
                 let Some(woken) = durability.upgrade() else {
@@ -416,6 +460,10 @@ impl RedisStore {
                 drop(woken);
                 let Some(durability) = durability.upgrade() else {
                     return;
+                };
+                let mut connection = Counted {
+                    connection: current(&shared),
+                    sent: upkeep.clone(),
                 };
                 match replica_count(&mut connection).await {
                     Ok(count) => durability.required.store(count, Ordering::Relaxed),
@@ -466,9 +514,9 @@ impl RedisStore {
         self.counted_on(&self.leases)
     }
 
-    fn counted_on(&self, connection: &Connection) -> Counted {
+    fn counted_on(&self, connection: &Shared) -> Counted {
         Counted {
-            connection: connection.clone(),
+            connection: current(connection),
             sent: self.sent.clone(),
         }
     }
@@ -602,7 +650,60 @@ impl RedisStore {
     }
 
     fn error(&self, e: RedisError) -> StoreError {
-        operation_error(&self.place, e)
+        let error = operation_error(&self.place, e);
+        if matches!(error, StoreError::Unreachable { .. }) {
+            self.reopen_cluster();
+        }
+        error
+    }
+
+    /// Opens a cluster's connection again after an operation failed as unreachable: every
+    /// [`REOPEN_EVERY`] for [`REOPEN_FOR`], in the background. After a primary died, the
+    /// connection goes on sending its hash slots to the dead address, each request timing out,
+    /// and the client does not always ask the cluster for its slots again; the promotion of the
+    /// replica comes only after the cluster's node timeout. A new connection reads the slots
+    /// from the seeds, so the first one opened after the promotion sends them to the new
+    /// primary; requests in flight finish on the old one.
+    fn reopen_cluster(&self) {
+        let Some(reopen) = &self.cluster else {
+            return;
+        };
+        {
+            let mut until = reopen.until.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            let running = until.is_some_and(|u| u > now);
+            *until = Some(now + REOPEN_FOR);
+            if running {
+                return;
+            }
+        }
+        let (reopen, connection, leases) =
+            (reopen.clone(), self.connection.clone(), self.leases.clone());
+        tokio::spawn(async move {
+            loop {
+                let opened =
+                    tokio::time::timeout(CONNECT_TIMEOUT, reopen.client.get_async_connection());
+                match opened.await {
+                    Ok(Ok(fresh)) => {
+                        for shared in [&connection, &leases] {
+                            *shared.write().unwrap_or_else(|p| p.into_inner()) =
+                                Connection::Cluster(fresh.clone());
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "cannot open the cluster's connection again")
+                    }
+                    Err(_) => {
+                        tracing::debug!("cannot open the cluster's connection again: timed out")
+                    }
+                }
+                tokio::time::sleep(REOPEN_EVERY).await;
+                let until = *reopen.until.lock().unwrap_or_else(|p| p.into_inner());
+                if until.is_none_or(|u| u <= std::time::Instant::now()) {
+                    return;
+                }
+            }
+        });
     }
 
     /// Adds the job to the namespace's set of jobs, once per job and client. A failure is left
@@ -1077,8 +1178,51 @@ impl Store for RedisStore {
         Ok(answer.is_some())
     }
 
+    async fn raw_release(&self, key: &str) -> Result<bool, StoreError> {
+        let deleted: u64 = self
+            .counted()
+            .del(self.scratch_key(key))
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(deleted == 1)
+    }
+
+    async fn server_time(&self) -> Result<Option<ServerTime>, StoreError> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("commandstats");
+        // A cluster answers for every primary: their times add up.
+        let info: redis::Value = cmd
+            .query_async(&mut self.counted())
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut texts = Vec::new();
+        collect_text(&info, &mut texts);
+        let mut time = ServerTime {
+            source: "INFO commandstats",
+            ..ServerTime::default()
+        };
+        for line in texts.iter().flat_map(|t| t.lines()) {
+            let Some((name, fields)) = line.trim().split_once(':') else {
+                continue;
+            };
+            let usec = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("usec="))
+                .and_then(|u| u.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            match name {
+                "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_evalsha_ro" | "cmdstat_eval_ro" => {
+                    time.steps_us += usec
+                }
+                "cmdstat_set" | "cmdstat_del" => time.primitive_us += usec,
+                _ => {}
+            }
+        }
+        Ok(Some(time))
+    }
+
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
-        if matches!(self.connection, Connection::Cluster(_)) {
+        if self.cluster.is_some() {
             // SCAN walks one node of a cluster; the keys expire by themselves there.
             return Ok(());
         }
