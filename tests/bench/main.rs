@@ -290,3 +290,81 @@ fn claim_and_finish_with_and_without_the_replicas_acknowledgement() {
         }
     });
 }
+
+/// `baton bench capacity` with tiny counts, as JSON.
+fn capacity(store: &str) -> Value {
+    json(&[
+        "bench", "capacity", "--store", store, "--hosts", "3", "--jobs", "5", "--slots", "3",
+        "--json",
+    ])
+}
+
+/// What every capacity run must show: both sides measured the same way, one request per
+/// claim and per finish or release (3 hosts: 3 claims and 1 finish a slot, 3 writes and 1
+/// release for the lock), and a ratio that is the quotient of the two.
+fn check_capacity(r: &Value, measured_by: &str) {
+    assert_eq!(r["measured_by"], measured_by, "{r:#}");
+    assert_eq!(r["due_slots"], 15, "{r:#}");
+    let baton = positive(r, "/store_us_per_slot");
+    let lock = positive(r, "/lock_us_per_slot");
+    let ratio = positive(r, "/ratio");
+    assert!((ratio - baton / lock).abs() < 1e-9, "{r:#}");
+    assert_eq!(r["baton_requests_per_slot"], 4.0, "{r:#}");
+    assert_eq!(r["lock_requests_per_slot"], 4.0, "{r:#}");
+}
+
+/// On a Redis of the test's own, the server's `INFO commandstats` gives both sides' time.
+#[test]
+fn capacity_on_redis_reads_the_servers_command_stats() {
+    let server = baton_tests::servers::start_redis_like(std::path::Path::new("redis-server"), &[]);
+    let r = capacity(&format!("redis://127.0.0.1:{}", server.port));
+    check_capacity(&r, "INFO commandstats");
+}
+
+/// On a PostgreSQL that loads `pg_stat_statements`, the extension gives both sides' time.
+#[test]
+fn capacity_on_postgres_reads_pg_stat_statements_where_it_is_loaded() {
+    let server = baton_tests::servers::Postgres::start_with(&[
+        "shared_preload_libraries=pg_stat_statements",
+    ]);
+    let psql = baton_tests::servers::postgres_bin_dir().join("psql");
+    let out = std::process::Command::new(&psql)
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .args([
+            "-d",
+            "postgres",
+            "-c",
+            "CREATE EXTENSION pg_stat_statements",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", psql.display()));
+    assert!(
+        out.status.success(),
+        "CREATE EXTENSION failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = capacity(&server.url(&format!("127.0.0.1:{}", server.port), "schema=capacity"));
+    check_capacity(&r, "pg_stat_statements");
+}
+
+/// Where the server keeps no counts (SQLite, and a PostgreSQL without the extension), each
+/// call is timed, one at a time.
+#[test]
+fn capacity_on_sqlite_and_plain_postgres_times_the_calls_one_at_a_time() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let r = capacity(&format!(
+        "sqlite://{}",
+        dir.path().join("capacity.db").display()
+    ));
+    check_capacity(&r, "calls timed one at a time");
+    let server = baton_tests::servers::Postgres::start();
+    let r = capacity(&server.url(&format!("127.0.0.1:{}", server.port), "schema=capacity"));
+    check_capacity(&r, "calls timed one at a time");
+}

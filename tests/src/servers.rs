@@ -515,11 +515,18 @@ pub struct Postgres {
     dir: tempfile::TempDir,
     user: Option<(u32, u32)>,
     server: Option<Child>,
+    settings: Vec<String>,
 }
 
 impl Postgres {
     /// Makes a new cluster and starts its server; returns once it accepts connections.
     pub fn start() -> Postgres {
+        Postgres::start_with(&[])
+    }
+
+    /// The same, with these server settings besides the tests' own (`name=value`, as
+    /// `postgres -c` takes them).
+    pub fn start_with(settings: &[&str]) -> Postgres {
         let bin = postgres_bin_dir();
         let user = postgres_user();
         let dir = tempfile::tempdir().expect("server directory");
@@ -551,6 +558,7 @@ impl Postgres {
             dir,
             user,
             server: None,
+            settings: settings.iter().map(|s| (*s).to_owned()).collect(),
         };
         server.start_again();
         server
@@ -584,6 +592,7 @@ impl Postgres {
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .args(["-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

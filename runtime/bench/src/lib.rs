@@ -10,7 +10,8 @@
 //!   zombie stop (abort to guest stopped, for a guest that ignores the signal);
 //! - [`failover`]: takeover after a killed runner and hand-over after stop, against the
 //!   spec's bounds;
-//! - [`scale`]: several host processes running many jobs every second on one store.
+//! - [`scale`]: several host processes running many jobs every second on one store;
+//! - [`capacity`]: the store's own time per due slot, against a lock on the same slots.
 //!
 //! Every figure is measured, never estimated; where a section cannot run (no components), the
 //! report says why instead of a number.
@@ -32,6 +33,7 @@ use baton_core::lease::{
 use baton_core::operate::{OperateOutcome, Operation, Operator, Request};
 use baton_core::store::{Store, StoreError};
 
+pub mod capacity;
 pub mod failover;
 pub mod report;
 pub mod round_trips;
@@ -321,6 +323,15 @@ impl Store for Tally {
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
         bump(&self.counters.other);
         self.inner.clear_raw_primitive(prefix).await
+    }
+
+    async fn raw_release(&self, key: &str) -> Result<bool, StoreError> {
+        bump(&self.counters.other);
+        self.inner.raw_release(key).await
+    }
+
+    async fn server_time(&self) -> Result<Option<baton_core::store::ServerTime>, StoreError> {
+        self.inner.server_time().await
     }
 
     async fn state_get(

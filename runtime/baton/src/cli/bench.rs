@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use baton_bench::{failover, report, round_trips, scale, store_ops};
+use baton_bench::{capacity, failover, report, round_trips, scale, store_ops};
 use baton_core::store;
 
 use super::config::DEFAULT_STORE;
@@ -26,6 +26,11 @@ enum BenchCommand {
     /// Several host processes running many jobs every second on one store: slots run against
     /// slots due, duplicate runs, CPU and peak memory per host.
     Scale(ScaleArgs),
+    /// The store's own time per due slot: every host's claim and the winner's finish, against
+    /// a lock (each host's SET NX PX or INSERT … ON CONFLICT, the winner's delete) on the same
+    /// slots and hosts, read from the server's counts (INFO commandstats, pg_stat_statements)
+    /// or, where it keeps none, timed call by call.
+    Capacity(CapacityArgs),
     /// One host of the scale run (started by `baton bench scale`).
     #[command(hide = true)]
     ScaleHost(ScaleHostArgs),
@@ -93,7 +98,37 @@ struct ScaleArgs {
     /// How long the hosts get to start their jobs before the window, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     warm_up: Duration,
-    /// Print the report as one JSON object instead of Markdown.
+    /// How many times to run it, one after the other; every run's result is printed.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Print the report as one JSON object instead of Markdown (with --repeat, one a line).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The options of `baton bench capacity`.
+#[derive(clap::Args)]
+struct CapacityArgs {
+    /// The store to measure. The run works in a namespace of its own and leaves it empty.
+    /// [default: redis://127.0.0.1:6379]
+    #[arg(
+        long,
+        env = "BATON_STORE",
+        default_value = "redis://127.0.0.1:6379",
+        hide_default_value = true
+    )]
+    store: String,
+    /// Hosts claiming every slot, each with a client of its own.
+    #[arg(long, default_value_t = 3)]
+    hosts: usize,
+    /// Jobs.
+    #[arg(long, default_value_t = 200)]
+    jobs: usize,
+    /// Slots of each job measured.
+    #[arg(long, default_value_t = 20)]
+    slots: usize,
+    /// Print the figures as one JSON object (fields store_us_per_slot, lock_us_per_slot,
+    /// ratio, …) instead of Markdown.
     #[arg(long)]
     json: bool,
 }
@@ -123,6 +158,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.scale {
         None => full(args.full).await,
         Some(BenchCommand::Scale(a)) => scale_run(a).await,
+        Some(BenchCommand::Capacity(a)) => capacity_run(a).await,
         Some(BenchCommand::ScaleHost(a)) => scale_host(a).await,
     }
 }
@@ -168,13 +204,46 @@ async fn scale_run(a: ScaleArgs) -> anyhow::Result<()> {
         warm_up: a.warm_up,
         exe,
     };
-    let report = scale::run(&settings)
+    let repeat = a.repeat.max(1);
+    let mut reached = Vec::new();
+    for n in 1..=repeat {
+        let report = scale::run(&settings)
+            .await
+            .with_context(|| format!("scale run on store {}", store::redact(&a.store)))?;
+        if a.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            if repeat > 1 {
+                println!("## Scale run {n} of {repeat}\n");
+            }
+            print!("{}", report::scale_markdown(&report));
+        }
+        reached.push(report.run_percent);
+    }
+    if repeat > 1 && !a.json {
+        let shown: Vec<String> = reached.iter().map(|p| format!("{p:.2} %")).collect();
+        println!(
+            "\nSlots run in each of the {repeat} runs: {}",
+            shown.join(", ")
+        );
+    }
+    Ok(())
+}
+
+async fn capacity_run(a: CapacityArgs) -> anyhow::Result<()> {
+    let settings = capacity::Settings {
+        store_url: a.store.clone(),
+        hosts: a.hosts,
+        jobs: a.jobs,
+        slots: a.slots,
+    };
+    let figures = capacity::run(&settings)
         .await
-        .with_context(|| format!("scale run on store {}", store::redact(&a.store)))?;
+        .with_context(|| format!("capacity run on store {}", store::redact(&a.store)))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        print!("{}", report::scale_markdown(&report));
+        print!("{}", capacity::markdown(&figures));
     }
     Ok(())
 }

@@ -22,6 +22,19 @@ pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+/// The server's own time spent on commands, cumulative since it started counting (see
+/// [`Store::server_time`]): two readings' difference is what happened between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServerTime {
+    /// On Baton's atomic steps (the scripts on Redis, the functions on PostgreSQL), µs.
+    pub steps_us: f64,
+    /// On the raw primitive and its release (`SET` and `DEL`; the scratch table's `INSERT`
+    /// and `DELETE`), µs.
+    pub primitive_us: f64,
+    /// Where the figures come from: `INFO commandstats` or `pg_stat_statements`.
+    pub source: &'static str,
+}
+
 /// The boxed cause of a store error.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -230,6 +243,19 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes what [`Store::raw_primitive`] wrote in this namespace under keys that start
     /// with `prefix`.
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError>;
+
+    /// Deletes the one `key` that [`Store::raw_primitive`] wrote, as one request, and answers
+    /// whether it was there: the release of a lock built on the raw primitive (Redis and Valkey
+    /// `DEL key`; PostgreSQL and SQLite one `DELETE` from the scratch table).
+    async fn raw_release(&self, key: &str) -> Result<bool, StoreError>;
+
+    /// The server's own time spent so far on Baton's atomic steps and on the raw primitive,
+    /// where the server keeps such counts: Redis and Valkey `INFO commandstats` (summed over a
+    /// cluster's primaries), PostgreSQL `pg_stat_statements` when that extension is loaded.
+    /// `None` where nothing keeps them (SQLite, a PostgreSQL without the extension).
+    async fn server_time(&self) -> Result<Option<ServerTime>, StoreError> {
+        Ok(None)
+    }
 
     /// One key of a job's state, with its value and its writer; `None` when the key has no
     /// value. A plain read: no token, no lease.

@@ -732,6 +732,17 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn raw_release(&self, key: &str) -> Result<bool, StoreError> {
+        let key = key.to_owned();
+        self.with_conn(move |conn, ns| {
+            let mut stmt = conn.prepare_cached(
+                "DELETE FROM baton_bench_scratch WHERE namespace = ?1 AND key = ?2",
+            )?;
+            Ok(stmt.execute(params![ns, key])? == 1)
+        })
+        .await
+    }
+
     async fn state_get(&self, job: &str, key: &str) -> Result<Option<StateEntry>, StoreError> {
         let (job, key) = (job.to_owned(), key.to_owned());
         self.with_conn(move |conn, ns| state_get_blocking(conn, ns, &job, &key))
