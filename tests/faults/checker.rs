@@ -759,8 +759,10 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
         if overlapped && !by_slot.contains_key(&slot) {
             continue;
         }
+        // A run still going when the scenario ended (its lease renewed past the window's end,
+        // on a loaded machine) has kept its schedule so far.
         let kept = by_slot.get(&slot).is_some_and(|r| {
-            r.status == "success"
+            (r.status == "success" || (r.status == "running" && r.lease_end > input.window.1))
                 && r.attempts.len() == 1
                 && r.attempts
                     .first()
@@ -1354,6 +1356,27 @@ pub(crate) mod tests {
             to: 14_000,
         });
         assert!(broken(&i).is_empty());
+    }
+
+    #[test]
+    fn a_run_still_going_at_the_end_keeps_the_schedule_rule_and_an_abandoned_one_breaks_it() {
+        // Slot 12_000, the window's last, started on time and still renewed when the scenario
+        // ended (lease past the window's end 12_000).
+        let going = run(
+            12_000,
+            "running",
+            12_900,
+            vec![attempt(1, "a", 12_005, None, None)],
+        );
+        let mut i = input(vec![clean()[0].clone(), going.clone()]);
+        i.jobs[0].well_behaved = true;
+        assert!(!broken(&i).contains(&rules::SCHEDULE), "{:?}", broken(&i));
+        // The same run with its lease run out before the end: nobody was running it.
+        let mut abandoned = going;
+        abandoned.lease_end = 11_990;
+        let mut i = input(vec![clean()[0].clone(), abandoned]);
+        i.jobs[0].well_behaved = true;
+        assert!(broken(&i).contains(&rules::SCHEDULE), "{:?}", broken(&i));
     }
 
     #[test]

@@ -166,10 +166,13 @@ async fn measure(
     // History to trim, not counted: as many runs of every job as the history keeps and as the
     // run adds, old enough to be trimmed once the retention has passed. It loads scripts,
     // prepares statements and registers the jobs' names too.
+    // Each host wins each job once first, alone: its client registers a job's name on its
+    // first win, a request no measured slot should carry.
     let mut slot = clients[0].now().await?;
-    for _ in 0..(HISTORY_SIZE as usize + slots) {
+    for round in 0..(HISTORY_SIZE as usize + slots).max(clients.len()) {
         slot += 1;
-        baton_slot(clients, jobs, slot, false).await?;
+        let lead = (round < clients.len()).then_some(round);
+        baton_slot(clients, jobs, slot, false, lead).await?;
     }
     lock_slot(clients, jobs, &format!("{run_id}-warm"), false).await?;
     let old = slot;
@@ -192,7 +195,7 @@ async fn measure(
         let sent = requests();
         slot = clients[0].now().await?.max(slot + 1);
         clock_reads += requests() - sent;
-        baton.us += baton_slot(clients, jobs, slot, timed).await?;
+        baton.us += baton_slot(clients, jobs, slot, timed, None).await?;
     }
     baton.requests = requests() - before - clock_reads;
     let after_time = clients[0].server_time().await?;
@@ -218,23 +221,30 @@ async fn measure(
     Ok((baton, lock, source))
 }
 
-/// One slot of every job under Baton: every host claims, the winner finishes. Returns the
-/// calls' own time, µs, when `timed` (then one call at a time), else 0.
+/// One slot of every job under Baton: every host claims, the winner finishes; with a `lead`,
+/// that host claims first and wins. Returns the calls' own time, µs, when `timed` (then one
+/// call at a time), else 0.
 async fn baton_slot(
     clients: &[Arc<dyn Store>],
     jobs: &[String],
     slot: i64,
     timed: bool,
+    lead: Option<usize>,
 ) -> Result<f64, BenchError> {
+    let first = lead.unwrap_or(0);
+    let order: Vec<usize> = (0..clients.len())
+        .map(|h| (h + first) % clients.len())
+        .collect();
     let options = options();
     let one_job = |job: &str| {
-        let options = &options;
+        let (options, order) = (&options, &order);
         let job = job.to_owned();
         async move {
             let mut spent = Duration::ZERO;
             let mut winner = None;
-            let claims = clients.iter().enumerate().map(|(h, client)| {
+            let claims = order.iter().map(|&h| {
                 let job = &job;
+                let client = &clients[h];
                 async move {
                     let token = Token::random();
                     let runner = format!("host-{h}");
@@ -244,7 +254,7 @@ async fn baton_slot(
                     (h, token, outcome, began.elapsed())
                 }
             });
-            let answers = all(claims, timed).await;
+            let answers = all(claims, timed || lead.is_some()).await;
             for (h, token, outcome, took) in answers {
                 spent += took;
                 match outcome? {
