@@ -112,12 +112,14 @@ pub fn effects_job(
     }
 }
 
-/// The well-behaved jobs of every scenario: `effects` (every 3 s, 1.2 s of side effects in
-/// 20 ms steps: long enough to be hit mid-attempt), `tick` (every second, one step) and `state`
+/// The well-behaved jobs of every scenario: `effects` (every 5 s, 1.2 s of side effects in
+/// 20 ms steps: long enough to be hit mid-attempt, and a takeover of a hit attempt comes well
+/// before the next slot, which would otherwise interrupt the run instead on a loaded machine),
+/// `tick` (every second, one step) and `state`
 /// (every 3 s, 50 steps of two state writes and 10 ms; see [`state_job`]).
 pub fn well_behaved() -> Vec<Job> {
     vec![
-        effects_job("effects", 3, 60, 20, "", true),
+        effects_job("effects", 5, 60, 20, "", true),
         effects_job("tick", 1, 1, 1, "", true),
         state_job("state", 3, 50, 10),
     ]

@@ -64,10 +64,10 @@ pub struct Outcome {
 
 const FOR_LONGER_THAN_THE_LEASE_MS: u64 = 2_500;
 /// How long the SIGSTOP row freezes a runner: 1.8 s, longer than the 1 s lease, and over well
-/// before `effects`' next slot (3 s after the last): a runner frozen inside a SQLite write
+/// before `effects`' next slot (5 s after the last): a runner frozen inside a SQLite write
 /// transaction holds the file's lock until it wakes, and only then can a backup take its run
-/// over; frozen for 2.5 s, the next slot came first on a loaded machine, and the run was
-/// (rightly) interrupted rather than taken over.
+/// over; frozen for 2.5 s with `effects` every 3 s, the next slot came first on a loaded
+/// machine, and the run was (rightly) interrupted rather than taken over.
 const FREEZE_MS: u64 = 1_800;
 /// How far into an attempt of `effects` (1.2 s long) a fault hits it.
 const MID_ATTEMPT: Duration = Duration::from_millis(300);
