@@ -133,6 +133,9 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
             if a.outcome.as_deref() == Some("success")
                 && ended_by
                     .is_some_and(|t| t <= input.window.1 && logged_until(input, &a.runner, t))
+                && !a
+                    .ended_at
+                    .is_some_and(|t| answer_may_be_lost(input, &a.runner, t))
                 && !lines.contains(&"success")
             {
                 v.push(Violation {
@@ -343,6 +346,21 @@ mod tests {
         assert_eq!(broken(&i), [LOGS_MATCH_STORE, LOGS_MATCH_STORE]);
         // Unless the runner was killed before it could log it.
         i.lives[0].to = 13_200;
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_success_its_runner_never_logged_breaks_the_logs_match_the_store_rule_unless_cut_off() {
+        let mut i = input();
+        i.events
+            .retain(|e| !(e.runner == "a" && e.slot == Some(13_000) && e.kind == "success"));
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
+        // The finish reached the store while the runner's link was cut: its answer was lost.
+        i.cut_off.push(Span {
+            runner: Some("a".into()),
+            from: 13_400,
+            to: 15_000,
+        });
         assert!(broken(&i).is_empty(), "{:?}", broken(&i));
     }
 

@@ -170,7 +170,7 @@ async fn measure(
     // first win, a request no measured slot should carry.
     let mut slot = clients[0].now().await?;
     for round in 0..(HISTORY_SIZE as usize + slots).max(clients.len()) {
-        slot += 1;
+        slot = clients[0].now().await?.max(slot + 1);
         let lead = (round < clients.len()).then_some(round);
         baton_slot(clients, jobs, slot, false, lead).await?;
     }
