@@ -171,7 +171,7 @@ async fn run(
             // and its lease is released so a backup takes over within two heartbeats.
             match tokio::time::timeout(super::STOP_GRACE, &mut task).await {
                 Ok(_) if !deadline.has_passed() => {
-                    release_after_stop_timeout(inner, name, slot, &lease).await;
+                    release_after_stop_timeout(inner, name, slot, &lease, &deadline).await;
                 }
                 Ok(_) => fence(inner, name, slot, &lease, &signal, AbortReason::Fenced),
                 Err(_) => {
@@ -277,12 +277,39 @@ async fn wait_for_handler(mut task: tokio::task::JoinHandle<Result<(), String>>,
 }
 
 /// Releases the lease of an attempt whose handler was stopped at the stop timeout: a hand-over.
-async fn release_after_stop_timeout(inner: &Inner, job: &str, slot: i64, lease: &Lease) {
-    match inner
-        .observed(inner.store.release(job, slot, lease.token))
-        .await
-    {
-        Ok(TokenOutcome::Accepted) => {
+/// A release that fails on the way (a busy or restarting store) is sent again every 100 ms
+/// while the lease lasts; a refusal that shows the run released at this attempt is an earlier
+/// release of ours whose answer was lost. When none is answered within the lease, the lease
+/// runs out as after any death.
+async fn release_after_stop_timeout(
+    inner: &Inner,
+    job: &str,
+    slot: i64,
+    lease: &Lease,
+    deadline: &LeaseDeadline,
+) {
+    loop {
+        let answer = inner
+            .observed(inner.store.release(job, slot, lease.token))
+            .await;
+        let released = match answer {
+            Ok(TokenOutcome::Accepted) => true,
+            Ok(TokenOutcome::Refused(Some(state))) => {
+                state.attempt == lease.attempt && state.released
+            }
+            Ok(TokenOutcome::Refused(None)) => false,
+            Err(e) if e.is_retryable() && !deadline.has_passed() => {
+                tracing::debug!(job = %job, slot, error = %e, "cannot release the lease after the stop timeout; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job, slot, error = %e,
+                    "cannot release the lease after the stop timeout; a backup takes over when it runs out");
+                return;
+            }
+        };
+        if released {
             inner.emit(
                 EventKind::Released,
                 job,
@@ -290,14 +317,10 @@ async fn release_after_stop_timeout(inner: &Inner, job: &str, slot: i64, lease: 
                 Some(lease.attempt),
                 "stop-timeout",
             );
-        }
-        Ok(TokenOutcome::Refused(_)) => {
+        } else {
             inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), "refused");
         }
-        Err(e) => {
-            tracing::warn!(job = %job, slot, error = %e,
-                "cannot release the lease after the stop timeout; a backup takes over when it runs out");
-        }
+        return;
     }
 }
 
