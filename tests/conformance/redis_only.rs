@@ -1,14 +1,20 @@
 //! What only the Redis and Valkey store has to prove: the errors a user sees when the server is
-//! out of reach, of another kind or too old, and that a claim whose answer was lost can be sent
-//! again without making two winners.
+//! out of reach, of another kind or too old, that a claim or a finish whose answer was lost took
+//! effect and can be sent again without making two winners, even as the first call a server
+//! runs, and that a server that lost its script cache still runs every operation.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Finish, LeaseOptions, Token};
+use baton_core::lease::{
+    ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, LeaseOptions, Status, Token,
+    TokenOutcome,
+};
 use baton_core::store::{self, redis::CONNECT_TIMEOUT, StoreError};
-use baton_tests::backends::{redis_address, redis_url};
+use baton_tests::backends::redis_address;
 use baton_tests::proxy::{Mode, Proxy};
+use baton_tests::servers::{redis_cli, start_redis_like, Server};
 use baton_tests::{store_now, unique};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
@@ -127,27 +133,11 @@ async fn server_of_another_kind_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
-    let proxy = Proxy::start(redis_address()).await;
-    let namespace = unique("t");
-    let url = format!("redis://127.0.0.1:{}", proxy.port);
-    let through_proxy = store::open(&url, &namespace).await.expect("open via proxy");
-    let direct = store::open(&redis_url(), &namespace)
-        .await
-        .expect("open directly");
+    // A server of its own, whose script cache holds only what this store loaded when it
+    // opened: the cut claim below is the first this server runs, and still takes effect.
+    let (_server, proxy, through_proxy, direct) = fresh_server_behind_a_proxy().await;
     let options = LeaseOptions::with_lease(Duration::from_secs(5));
     let slot = store_now(&*direct).await;
-
-    // Load the scripts through the proxy first, so the cut claim below runs on the server.
-    let warm = ClaimRequest {
-        job: "warm-up",
-        slot,
-        kind: ClaimKind::Scheduled,
-        runner: "a",
-        token: Token::random(),
-        digest: None,
-        options: &options,
-    };
-    through_proxy.claim(&warm).await.expect("warm-up claim");
 
     let job = unique("job");
     let request = ClaimRequest {
@@ -200,6 +190,110 @@ async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
         ),
         "a second claimer sees the one winner"
     );
+}
+
+/// A `redis-server` of the test's own, whose script cache holds only what the store loads, a
+/// proxy in front of it, and the store opened through the proxy and directly.
+async fn fresh_server_behind_a_proxy(
+) -> (Server, Proxy, Arc<dyn store::Store>, Arc<dyn store::Store>) {
+    let server = start_redis_like(Path::new("redis-server"), &[]);
+    let proxy = Proxy::start(format!("127.0.0.1:{}", server.port)).await;
+    let namespace = unique("t");
+    let through_proxy = store::open(&format!("redis://127.0.0.1:{}", proxy.port), &namespace)
+        .await
+        .expect("open via proxy");
+    let direct = store::open(&format!("redis://127.0.0.1:{}", server.port), &namespace)
+        .await
+        .expect("open directly");
+    (server, proxy, through_proxy, direct)
+}
+
+/// A claim that wins on `store`.
+async fn won(store: &dyn store::Store, job: &str, slot: i64, options: &LeaseOptions) -> Token {
+    let token = Token::random();
+    let request = ClaimRequest {
+        job,
+        slot,
+        kind: ClaimKind::Scheduled,
+        runner: "a",
+        token,
+        digest: None,
+        options,
+    };
+    match store.claim(&request).await.expect("claim") {
+        ClaimOutcome::Won(lease) => lease.token,
+        other => panic!("the first claim of a slot wins, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_finish_on_a_fresh_server_whose_answer_was_lost_took_effect_and_is_known_as_ours() {
+    let (_server, proxy, through_proxy, direct) = fresh_server_behind_a_proxy().await;
+    let options = LeaseOptions::with_lease(Duration::from_secs(5));
+    let slot = store_now(&*direct).await;
+    let job = unique("job");
+    let token = won(&*through_proxy, &job, slot, &options).await;
+
+    // The first finish this server ever runs: the store loaded the script when it opened, so
+    // the call is one request, which takes effect though its answer is lost.
+    proxy.set(Mode::CutReplies);
+    let err = through_proxy
+        .finish(&job, slot, token, Finish::Success)
+        .await
+        .expect_err("the answer was cut");
+    assert!(err.is_retryable(), "a dropped answer is retryable: {err}");
+    let run = direct.get(&job, slot).await.expect("get").expect("the run");
+    assert_eq!(run.status, Status::Success, "the finish ran on the server");
+
+    proxy.set(Mode::Pass);
+    let retried = loop {
+        match through_proxy
+            .finish(&job, slot, token, Finish::Success)
+            .await
+        {
+            Ok(outcome) => break outcome,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("retry failed for good: {e}"),
+        }
+    };
+    match retried {
+        TokenOutcome::Refused(Some(state)) => {
+            assert_eq!(
+                (state.attempt, state.status),
+                (1, Status::Success),
+                "{state:?}"
+            );
+        }
+        other => panic!("a finish sent again is refused with the run's end, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_run_after_the_server_lost_its_script_cache() {
+    let (server, _proxy, _through_proxy, direct) = fresh_server_behind_a_proxy().await;
+    let flush = || assert_eq!(redis_cli(server.port, &["SCRIPT", "FLUSH"]).trim(), "OK");
+    let options = LeaseOptions::with_lease(Duration::from_secs(5));
+    let slot = store_now(&*direct).await;
+    let job = unique("job");
+    flush();
+    let token = won(&*direct, &job, slot, &options).await;
+    flush();
+    let renewed = direct
+        .heartbeat(&job, slot, token, options.lease)
+        .await
+        .expect("heartbeat");
+    assert!(
+        matches!(renewed, HeartbeatOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+    flush();
+    let finished = direct
+        .finish(&job, slot, token, Finish::Success)
+        .await
+        .expect("finish");
+    assert!(matches!(finished, TokenOutcome::Accepted), "{finished:?}");
+    let run = direct.get(&job, slot).await.expect("get").expect("the run");
+    assert_eq!(run.status, Status::Success);
 }
 
 /// The store's `?timeout=` is its response timeout: an answer slower than it is a retryable

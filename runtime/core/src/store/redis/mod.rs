@@ -1,8 +1,11 @@
 //! The Redis and Valkey store: one Lua script per operation, on a single server or a Redis
 //! Cluster.
 //!
-//! Every operation is one script, run by SHA (`EVALSHA`, loaded again on `NOSCRIPT`), so it is
-//! one atomic step and one round trip. The store's clock is `TIME` read inside the script. Every
+//! Every operation is one script, run by SHA (`EVALSHA`), so it is one atomic step and one round
+//! trip. The store loads its scripts into the server's cache when it opens (on a cluster, into
+//! every primary's), so an operation's first call is one round trip too; a server that lost its
+//! cache since (a restart, a failover to a replica that never saw the scripts) answers
+//! `NOSCRIPT`, and the call is sent again with the script's text. The store's clock is `TIME` read inside the script. Every
 //! key of a job shares the hash tag `{<namespace>:<job>}`, so a job's scripts are valid on a
 //! Redis Cluster. The keys of a job:
 //!
@@ -416,6 +419,7 @@ impl RedisStore {
         };
         let checks = async {
             store.check_server().await?;
+            store.load_scripts().await;
             if store.durability.setting == Replicas::Auto {
                 let count = replica_count(&mut store.counted())
                     .await
@@ -471,6 +475,32 @@ impl RedisStore {
                 }
             }
         });
+    }
+
+    /// Loads every script into the server's script cache (on a cluster, every primary's), so
+    /// that no operation's first call costs a `NOSCRIPT` answer and a second round trip: one
+    /// whose answer is lost (the server went away) would otherwise leave the script unloaded
+    /// and the operation not done. A failure (a cluster node down while the store opens) is
+    /// logged and left to `NOSCRIPT`. Upkeep, not an operation: not in `round_trips`.
+    async fn load_scripts(&self) {
+        let scripts = &self.scripts;
+        let mut connection = Counted {
+            connection: current(&self.connection),
+            sent: Arc::new(AtomicU64::new(0)),
+        };
+        for script in [
+            &scripts.claim.script,
+            &scripts.heartbeat.script,
+            &scripts.finish.script,
+            &scripts.state,
+            &scripts.operate.script,
+        ] {
+            if let Err(e) = script.load_async(&mut connection).await {
+                tracing::warn!(store = %self.place, error = %e,
+                    "cannot load the store's scripts ahead; each is loaded on its first call");
+                return;
+            }
+        }
     }
 
     /// Refuses a server older than Redis 6.2 (Valkey reports a Redis version too).
