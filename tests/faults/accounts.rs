@@ -120,6 +120,7 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
                 && logged_until(input, &a.runner, granted_by)
                 && !answer_may_be_lost(input, &a.runner, a.started_at)
                 && !lines.contains(&"won")
+                && !won_unacknowledged(input, run, a)
             {
                 v.push(Violation {
                     rule: LOGS_MATCH_STORE,
@@ -148,6 +149,22 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// Whether the attempt's runner logged its win as a `skip` for `not-acknowledged` (a claim
+/// that won on a primary whose replicas did not acknowledge it: the job does not start, the
+/// claim is released), and the store shows the attempt ended without running: released, or
+/// died when that release failed too.
+fn won_unacknowledged(input: &Input, run: &Run, a: &Attempt) -> bool {
+    matches!(a.outcome.as_deref(), Some("handed-over" | "died"))
+        && input.events.iter().any(|e| {
+            e.runner == a.runner
+                && e.kind == "skip"
+                && e.reason == "not-acknowledged"
+                && e.job.as_deref() == Some(run.job.as_str())
+                && e.slot == Some(run.slot)
+                && e.at >= a.started_at - LOGGED_WITHIN_MS
+        })
 }
 
 /// Whether the store's answer to `runner` at `at` may never have reached it: the store was
@@ -347,6 +364,38 @@ mod tests {
         // Unless the runner was killed before it could log it.
         i.lives[0].to = 13_200;
         assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+    }
+
+    #[test]
+    fn a_win_its_runner_logged_as_not_acknowledged_and_released_keeps_the_logs_match_the_store_rule(
+    ) {
+        let mut i = input();
+        // Slot 14 000: a's claim won on a primary whose replicas did not acknowledge it, so a
+        // released it unstarted; b took the run over and finished it.
+        i.runs.push(run(
+            14_000,
+            "success",
+            15_500,
+            vec![
+                attempt(1, "a", 14_005, Some(14_010), Some("handed-over")),
+                attempt(2, "b", 14_020, Some(15_500), Some("success")),
+            ],
+        ));
+        i.events.extend([
+            event("b", 14_021, "won", 14_000, Some(2), "takeover"),
+            event("b", 14_021, "takeover", 14_000, Some(2), "takeover"),
+            event("b", 15_501, "success", 14_000, Some(2), ""),
+        ]);
+        // A skip of another slot does not account for it.
+        i.events
+            .push(event("a", 13_007, "skip", 13_000, None, "not-acknowledged"));
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
+        i.events
+            .push(event("a", 14_007, "skip", 14_000, None, "not-acknowledged"));
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
+        // Nor does it for an attempt the store shows did not end so (still running).
+        i.runs[2].attempts[0].outcome = None;
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
     }
 
     #[test]
