@@ -998,7 +998,22 @@ impl Cluster {
             );
             state.extend(crate::state_writes::parse(&out.stdout).expect("state --json parses"));
             let data = self.dir.path().join("jobs").join("data").join(name);
-            for entry in std::fs::read_dir(&data).into_iter().flatten().flatten() {
+            // The side-effect guest's files, `<slot>-<attempt>-<runner>.log`; the probe's
+            // `writes.log` has lines of its own, which its scenario counts.
+            let effect_files = std::fs::read_dir(&data)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.ends_with(".log")
+                        && name
+                            .split('-')
+                            .next()
+                            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                });
+            for entry in effect_files {
                 let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
                 effects.extend(text.lines().filter_map(|l| checker::parse_effect(name, l)));
             }

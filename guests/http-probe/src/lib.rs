@@ -55,7 +55,10 @@ baton_guest::job!(|info| {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_err(|e| format!("the wall clock is before 1970: {e}"))?
                     .as_millis();
-                writeln!(file, "{} {} {now} {n}", info.slot, info.attempt)
+                // One write per line: a line written in pieces (as `writeln!` on a file does)
+                // is cut where the host refuses the next piece, once the attempt is fenced.
+                let line = format!("{} {} {now} {n}\n", info.slot, info.attempt);
+                file.write_all(line.as_bytes())
                     .map_err(|e| format!("cannot write: {e}"))?;
             }
             match baton_guest::http::request("GET", url, headers, &[]) {
