@@ -29,6 +29,9 @@ pub const STOP_LATENCY_MS: i64 = 1_000;
 /// How late after its slot a well-behaved job's first attempt may start: 1 s.
 pub const ON_TIME_MS: i64 = 1_000;
 
+/// How many of the runners' last lines a scenario that waited in vain prints: 60.
+const LINES_ON_FAILURE: usize = 60;
+
 /// The machine's clock, ms: the store's clock for every store of these tests.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -553,12 +556,35 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < until,
-                "{} {}: no {what} within {within:?}",
+                "{} {}: no {what} within {within:?}; the runners' last lines:\n{}",
                 self.backend.name(),
-                self.namespace
+                self.namespace,
+                self.last_lines(LINES_ON_FAILURE)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The last `n` lines the runners logged, one a line (when read, runner, what, job, slot,
+    /// attempt, reason), for a failure's message: what the runners did before it.
+    fn last_lines(&self, n: usize) -> String {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events[events.len().saturating_sub(n)..]
+            .iter()
+            .map(|e| {
+                format!(
+                    "  {} {} {} {} {} {} {}",
+                    e.at,
+                    e.runner,
+                    e.kind,
+                    e.job.as_deref().unwrap_or("-"),
+                    e.slot.map_or("-".to_owned(), |s| s.to_string()),
+                    e.attempt.map_or("-".to_owned(), |a| a.to_string()),
+                    e.reason
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Waits for an attempt of `job` that starts after now, on a runner still up; returns the
