@@ -140,15 +140,7 @@ async fn claim_sent_again_after_its_answer_was_lost_wins_once() {
     let slot = store_now(&*direct).await;
 
     let job = unique("job");
-    let request = ClaimRequest {
-        job: &job,
-        slot,
-        kind: ClaimKind::Scheduled,
-        runner: "a",
-        token: Token::random(),
-        digest: None,
-        options: &options,
-    };
+    let request = scheduled(&job, slot, &options);
     proxy.set(Mode::CutReplies);
     let err = through_proxy
         .claim(&request)
@@ -208,19 +200,26 @@ async fn fresh_server_behind_a_proxy(
     (server, proxy, through_proxy, direct)
 }
 
-/// A claim that wins on `store`.
-async fn won(store: &dyn store::Store, job: &str, slot: i64, options: &LeaseOptions) -> Token {
-    let token = Token::random();
-    let request = ClaimRequest {
+/// A scheduled claim of `job`'s `slot` by runner `a`, with a fresh token.
+fn scheduled<'a>(job: &'a str, slot: i64, options: &'a LeaseOptions) -> ClaimRequest<'a> {
+    ClaimRequest {
         job,
         slot,
         kind: ClaimKind::Scheduled,
         runner: "a",
-        token,
+        token: Token::random(),
         digest: None,
         options,
-    };
-    match store.claim(&request).await.expect("claim") {
+    }
+}
+
+/// A claim that wins on `store`.
+async fn won(store: &dyn store::Store, job: &str, slot: i64, options: &LeaseOptions) -> Token {
+    match store
+        .claim(&scheduled(job, slot, options))
+        .await
+        .expect("claim")
+    {
         ClaimOutcome::Won(lease) => lease.token,
         other => panic!("the first claim of a slot wins, got {other:?}"),
     }
@@ -346,15 +345,7 @@ async fn fences_of_a_job_strictly_increase_across_a_restart_of_a_redis_without_p
     let claim = |store: Arc<dyn store::Store>, slot: i64| {
         let job = job.clone();
         async move {
-            let request = ClaimRequest {
-                job: &job,
-                slot,
-                kind: ClaimKind::Scheduled,
-                runner: "a",
-                token: Token::random(),
-                digest: None,
-                options: &options,
-            };
+            let request = scheduled(&job, slot, &options);
             match store.claim(&request).await.expect("claim") {
                 ClaimOutcome::Won(lease) => {
                     store
@@ -416,15 +407,7 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
         ..LeaseOptions::with_lease(Duration::from_secs(5))
     };
     let job = unique("job");
-    let request = |slot: i64| ClaimRequest {
-        job: &job,
-        slot,
-        kind: ClaimKind::Scheduled,
-        runner: "a",
-        token: Token::random(),
-        digest: None,
-        options: &options,
-    };
+    let request = |slot: i64| scheduled(&job, slot, &options);
 
     let slot = store_now(&*store).await;
     let live = store.claim(&request(slot)).await.expect("claim");

@@ -32,6 +32,14 @@ pub const ON_TIME_MS: i64 = 1_000;
 /// How many of the runners' last lines a scenario that waited in vain prints: 60.
 const LINES_ON_FAILURE: usize = 60;
 
+/// Whether a file of a job's data directory is one of the side-effect guest's,
+/// `<slot>-<attempt>-<runner>.log`; the probe's `writes.log` has lines of its own, which its
+/// scenario counts.
+fn is_effect_file(name: &str) -> bool {
+    let slot = name.split('-').next().unwrap_or_default();
+    name.ends_with(".log") && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The machine's clock, ms: the store's clock for every store of these tests.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -1024,21 +1032,11 @@ impl Cluster {
             );
             state.extend(crate::state_writes::parse(&out.stdout).expect("state --json parses"));
             let data = self.dir.path().join("jobs").join("data").join(name);
-            // The side-effect guest's files, `<slot>-<attempt>-<runner>.log`; the probe's
-            // `writes.log` has lines of its own, which its scenario counts.
             let effect_files = std::fs::read_dir(&data)
                 .into_iter()
                 .flatten()
                 .flatten()
-                .filter(|e| {
-                    let name = e.file_name();
-                    let name = name.to_string_lossy();
-                    name.ends_with(".log")
-                        && name
-                            .split('-')
-                            .next()
-                            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                });
+                .filter(|e| is_effect_file(&e.file_name().to_string_lossy()));
             for entry in effect_files {
                 let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
                 effects.extend(text.lines().filter_map(|l| checker::parse_effect(name, l)));

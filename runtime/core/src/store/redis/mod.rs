@@ -5,9 +5,9 @@
 //! trip. The store loads its scripts into the server's cache when it opens (on a cluster, into
 //! every primary's), so an operation's first call is one round trip too; a server that lost its
 //! cache since (a restart, a failover to a replica that never saw the scripts) answers
-//! `NOSCRIPT`, and the call is sent again with the script's text. The store's clock is `TIME` read inside the script. Every
-//! key of a job shares the hash tag `{<namespace>:<job>}`, so a job's scripts are valid on a
-//! Redis Cluster. The keys of a job:
+//! `NOSCRIPT`, and the call is sent again with the script's text. The store's clock is `TIME`
+//! read inside the script. Every key of a job shares the hash tag `{<namespace>:<job>}`, so a
+//! job's scripts are valid on a Redis Cluster. The keys of a job:
 //!
 //! - `{ns:job}:runs`: a hash from slot to the run's record (JSON, as [`Run`] serializes);
 //! - `{ns:job}:slots`: a sorted set of every slot with state, for the newest slot, history and
