@@ -368,6 +368,61 @@ mod lost_answer {
         assert_eq!(ended.kind, EventKind::Success, "{ended:?}");
         a.instance.stop(Duration::from_secs(1)).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claim_whose_answer_was_lost_is_sent_again_with_its_token_and_runs_as_its_attempt() {
+        let proxy = Proxy::start(baton_tests::backends::redis_address()).await;
+        let url = format!("redis://127.0.0.1:{}", proxy.port);
+        let direct = baton_tests::backends::redis().await;
+        let f = direct.reached_through(url);
+        let slot = slot_ahead(&f, 1_000).await;
+        let name = baton_tests::unique("lost-claim");
+        // A 10 s lease: without its token, the claim sent again would find this runner's own
+        // attempt held and wait for the lease to run out, then take it over as attempt 2.
+        let mut a = node(
+            &f,
+            "a",
+            vec![job(
+                &name,
+                once_at(slot),
+                options(10_000, 200),
+                handler_fn(|_ctx| async { Ok(()) }),
+            )],
+        )
+        .await;
+        // The claim reaches the store, its answers do not.
+        proxy.cut_replies_to(name.as_bytes());
+        let granted = wait_run(
+            &f,
+            &name,
+            slot,
+            Duration::from_secs(5),
+            "the claim took effect",
+            |r| r.status == Status::Running,
+        )
+        .await;
+        // Past the instance's own retries of the claim (2 s): the answer comes only to the
+        // claim its backup check sends again.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proxy.set(Mode::Pass);
+        let won = wait_event(&mut a.events, Duration::from_secs(5), "won", |e| {
+            is(e, EventKind::Won, &name, slot)
+        })
+        .await;
+        assert_eq!(won.attempt, Some(1), "{won:?}");
+        let run = wait_run(
+            &f,
+            &name,
+            slot,
+            Duration::from_secs(5),
+            "the run's success",
+            |r| r.status == Status::Success,
+        )
+        .await;
+        assert_eq!(run.attempts.len(), 1, "{run:?}");
+        assert_eq!(run.token, granted.token, "the attempt the first claim won");
+        a.instance.stop(Duration::from_secs(1)).await;
+    }
 }
 
 /// The daylight-saving policy, as the README documents it.

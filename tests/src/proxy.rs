@@ -55,6 +55,8 @@ struct Shared {
     round_trips: AtomicU64,
     /// Connection tests seen on every connection (see [`Proxy::pings`]).
     pings: AtomicU64,
+    /// The bytes whose requests lose their answer (see [`Proxy::cut_replies_to`]).
+    marker: std::sync::Mutex<Option<Vec<u8>>>,
 }
 
 /// A running proxy; it stops when dropped.
@@ -87,6 +89,7 @@ impl Proxy {
             target: std::sync::Mutex::new(target),
             round_trips: AtomicU64::new(0),
             pings: AtomicU64::new(0),
+            marker: std::sync::Mutex::new(None),
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -108,8 +111,18 @@ impl Proxy {
         Proxy { port, shared, task }
     }
 
-    /// Changes what the proxy does from now on.
+    /// From now on, a request that contains `marker` reaches the server and loses its answer:
+    /// the connection is cut instead (every other request passes). Narrower than
+    /// [`Mode::CutReplies`], which a client's reconnection handshake cannot get past: one
+    /// operation, picked by a name it carries, takes effect unheard, as often as it is sent.
+    /// [`Proxy::set`] ends it.
+    pub fn cut_replies_to(&self, marker: &[u8]) {
+        *self.shared.marker.lock().unwrap_or_else(|p| p.into_inner()) = Some(marker.to_vec());
+    }
+
+    /// Changes what the proxy does from now on (and ends [`Proxy::cut_replies_to`]).
     pub fn set(&self, mode: Mode) {
+        *self.shared.marker.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if mode == Mode::Partition {
             self.shared.generation.fetch_add(1, Ordering::SeqCst);
         }
@@ -171,13 +184,20 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
     };
     // What the client has sent since the server last spoke: the server's next chunk answers it.
     let awaiting = Arc::new(AtomicU8::new(Awaiting::Nothing as u8));
+    // Whether the client sent a request with the marker: the answer is cut.
+    let marked = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Each direction: a reader stamps every chunk with when it is due (read time + delay) and
     // a writer forwards it then, in order. A delay is latency: a chunk waiting does not hold
     // back the reading of the next one.
     let up = {
         let s = s.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let read = read_chunks(client_read, tx, s.clone(), Side::Client(awaiting.clone()));
+        let read = read_chunks(
+            client_read,
+            tx,
+            s.clone(),
+            Side::Client(awaiting.clone(), marked.clone()),
+        );
         let write = async move {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
@@ -197,7 +217,10 @@ async fn pipe(client: TcpStream, server: TcpStream, s: Arc<Shared>) {
             let mut rx = rx;
             while let Some((due, chunk)) = rx.recv().await {
                 tokio::time::sleep_until(due).await;
-                if !live(&s) || Mode::from_code(s.mode.load(Ordering::SeqCst)) == Mode::CutReplies {
+                if !live(&s)
+                    || Mode::from_code(s.mode.load(Ordering::SeqCst)) == Mode::CutReplies
+                    || marked.load(Ordering::SeqCst)
+                {
                     return;
                 }
                 if client_write.write_all(&chunk).await.is_err() {
@@ -254,9 +277,10 @@ enum Awaiting {
 const PG_SYNC: [u8; 5] = [b'S', 0, 0, 0, 4];
 
 /// Which end a stream of chunks comes from, with what the connection's client has sent since
-/// its server last spoke ([`Awaiting`]).
+/// its server last spoke ([`Awaiting`]) and, for the client, whether it sent the marker of
+/// [`Proxy::cut_replies_to`].
 enum Side {
-    Client(Arc<AtomicU8>),
+    Client(Arc<AtomicU8>, Arc<std::sync::atomic::AtomicBool>),
     Server(Arc<AtomicU8>),
 }
 
@@ -278,7 +302,13 @@ async fn read_chunks(
         let delay = Duration::from_millis(s.delay_ms.load(Ordering::SeqCst));
         let mut due = tokio::time::Instant::now() + delay;
         match &side {
-            Side::Client(awaiting) => {
+            Side::Client(awaiting, marked) => {
+                let marker = s.marker.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if marker
+                    .is_some_and(|m| !m.is_empty() && buf[..n].windows(m.len()).any(|w| w == m))
+                {
+                    marked.store(true, Ordering::SeqCst);
+                }
                 let now = if buf[..n] == PG_SYNC {
                     Awaiting::Ping
                 } else {

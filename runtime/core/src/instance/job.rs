@@ -125,10 +125,18 @@ pub(super) async fn claim_and_handle(
     slot: i64,
     kind: ClaimKind,
 ) {
+    claim_with(inner, job, slot, kind, Token::random()).await;
+}
+
+/// [`claim_and_handle`] with a given token: a fresh one, or the token of a claim whose answer
+/// never came. A claim can take effect in the store and its answer still be lost (a response
+/// timeout while the store fails over, a connection cut after the write); sent again with the
+/// same token it gets that win back, instead of finding its win held under a token it no longer
+/// knows and leaving the run unattended until that lease runs out.
+async fn claim_with(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, token: Token) {
     if inner.is_stopping() {
         return;
     }
-    let token = Token::random();
     let digest = job.handler.digest();
     let sent = Instant::now();
     let request = ClaimRequest {
@@ -157,8 +165,8 @@ pub(super) async fn claim_and_handle(
             return;
         }
         Err(e) if e.is_retryable() => {
-            tracing::debug!(job = %job.name, slot, error = %e, "claim failed; sent again at the next backup check");
-            spawn_watch(inner, job, slot, kind);
+            tracing::debug!(job = %job.name, slot, error = %e, "claim failed; sent again with its token at the next backup check");
+            watch(inner, job, slot, kind, Some(token));
             return;
         }
         Err(e) => {
@@ -234,6 +242,12 @@ pub(super) async fn claim_and_handle(
 /// and so does an attempt of this instance that ends without ending the run (lost, self-fenced,
 /// or its claim answered too late): whoever has seen a run, and not seen it end, watches it.
 pub(super) fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind) {
+    watch(inner, job, slot, kind, None);
+}
+
+/// [`spawn_watch`], whose claim is sent with `resend`'s token when given (a claim whose answer
+/// never came), else with a fresh one.
+fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend: Option<Token>) {
     if !lock(&inner.watched).insert((job.name.clone(), slot)) {
         return;
     }
@@ -256,7 +270,14 @@ pub(super) fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: C
         let Some(job) = inner.current_job(&job.name) else {
             return;
         };
-        claim_and_handle(&inner, &job, slot, kind).await;
+        claim_with(
+            &inner,
+            &job,
+            slot,
+            kind,
+            resend.unwrap_or_else(Token::random),
+        )
+        .await;
     });
 }
 
