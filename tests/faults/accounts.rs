@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use crate::checker::{Attempt, Event, Input, Run, Violation};
+use crate::checker::{story, Attempt, Event, Input, Run, Violation};
 
 /// The rule: the runners' logs and the store's history tell the same story.
 pub const LOGS_MATCH_STORE: &str = "logs match the store";
@@ -125,8 +125,8 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
                 v.push(Violation {
                     rule: LOGS_MATCH_STORE,
                     detail: format!(
-                        "the store granted {} slot {} attempt {} to {}, which never logged it won",
-                        run.job, run.slot, a.attempt, a.runner
+                        "the store granted {} slot {} attempt {} to {}, which never logged it won:{}",
+                        run.job, run.slot, a.attempt, a.runner, story(input, &run.job, run.slot)
                     ),
                 });
             }
@@ -142,8 +142,8 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
                 v.push(Violation {
                     rule: LOGS_MATCH_STORE,
                     detail: format!(
-                        "the store recorded {} slot {} attempt {} on {} a success its runner never logged",
-                        run.job, run.slot, a.attempt, a.runner
+                        "the store recorded {} slot {} attempt {} on {} a success its runner never logged:{}",
+                        run.job, run.slot, a.attempt, a.runner, story(input, &run.job, run.slot)
                     ),
                 });
             }

@@ -391,6 +391,8 @@ pub struct Cluster {
     store: Store,
     runners: Vec<Runner>,
     events: Arc<Mutex<Vec<Event>>>,
+    /// The runners' other lines (warnings, errors), when read, for a failure's message.
+    chatter: Arc<Mutex<Vec<String>>>,
     jobs: Vec<Job>,
     skew: HashMap<String, i64>,
     freezes: Vec<Span>,
@@ -437,6 +439,7 @@ impl Cluster {
             store,
             runners: Vec::new(),
             events: Arc::new(Mutex::new(Vec::new())),
+            chatter: Arc::new(Mutex::new(Vec::new())),
             jobs,
             skew: HashMap::new(),
             freezes: Vec::new(),
@@ -484,17 +487,27 @@ impl Cluster {
         let mut child = servers::spawn_tied_to_process(cmd).expect("start baton run");
         let stderr = child.stderr.take().expect("the runner's stderr");
         let events = self.events.clone();
+        let chatter = self.chatter.clone();
         let runner = id.to_owned();
         // `BATON_FAULTS_ECHO=1` prints every line the runners log, to follow a scenario.
         let echo = std::env::var_os("BATON_FAULTS_ECHO").is_some();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            // Read to the end whatever the bytes: a reader that stopped at a line that is not
+            // UTF-8 would leave the pipe full and the runner blocked on its next log line.
+            for line in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line);
                 if echo {
                     eprintln!("[{runner} {}] {line}", now_ms());
                 }
                 match checker::parse_event(&runner, now_ms(), &line) {
                     Some(e) => events.lock().unwrap_or_else(|p| p.into_inner()).push(e),
-                    None => eprintln!("[{runner}] {line}"),
+                    None => {
+                        eprintln!("[{runner}] {line}");
+                        chatter
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(format!("  {} {runner} {line}", now_ms()));
+                    }
                 }
             }
         });
@@ -564,13 +577,50 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < until,
-                "{} {}: no {what} within {within:?}; the runners' last lines:\n{}",
+                "{} {}: {what}: not within {within:?}; the runners' last lines:\n{}\n\
+                 their last warnings and errors:\n{}{}",
                 self.backend.name(),
                 self.namespace,
-                self.last_lines(LINES_ON_FAILURE)
+                self.last_lines(LINES_ON_FAILURE),
+                self.last_chatter(LINES_ON_FAILURE / 3),
+                self.store_state()
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The last `n` lines the runners logged that are not events (warnings, errors).
+    fn last_chatter(&self, n: usize) -> String {
+        let chatter = self.chatter.lock().unwrap_or_else(|p| p.into_inner());
+        chatter[chatter.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// What a cluster's nodes say of the cluster (each node's `CLUSTER INFO` state and its
+    /// view of the nodes), for a failure's message; nothing for another store.
+    fn store_state(&self) -> String {
+        let Store::Cluster { cluster } = &self.store else {
+            return String::new();
+        };
+        let mut out = String::from("\nthe cluster's nodes:");
+        // At most 2 s a question: a node may be frozen.
+        let ask = |port: u16, what: &str| {
+            std::process::Command::new("timeout")
+                .args(["2", "redis-cli", "-p", &port.to_string(), "cluster", what])
+                .stdin(Stdio::null())
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
+        for node in &cluster.nodes {
+            let info = ask(node.port, "info");
+            let state = info
+                .lines()
+                .find(|l| l.starts_with("cluster_state"))
+                .unwrap_or("no answer");
+            let nodes = ask(node.port, "nodes");
+            out.push_str(&format!("\n  port {}: {state}\n{nodes}", node.port));
+        }
+        out
     }
 
     /// The last `n` lines the runners logged, one a line (when read, runner, what, job, slot,
