@@ -38,6 +38,10 @@ const LATE_TOLERANCE_MS: i64 = 10_000;
 /// logged it, unless it was killed meanwhile: 1 s.
 const LOGGED_WITHIN_MS: i64 = 1_000;
 
+/// How long a runner waits for the store's answer before it gives the request up: the stores'
+/// default response timeout, 5 s. A request it gave up may still take effect until then.
+const ANSWER_AWAITED_MS: i64 = 5_000;
+
 /// Checks the three invariants; pushes what breaks them.
 pub fn check(input: &Input, v: &mut Vec<Violation>) {
     logs_match_store(input, v);
@@ -169,14 +173,16 @@ fn won_unacknowledged(input: &Input, run: &Run, a: &Attempt) -> bool {
 
 /// Whether the store's answer to `runner` at `at` may never have reached it: the store was
 /// stopped or cut off around then (a claim that took effect just before a server was killed,
-/// or behind a cut link, whose reply was lost), so the runner cannot have logged it.
+/// or behind a cut link, whose reply was lost), or up to [`ANSWER_AWAITED_MS`] before (a
+/// request sent in the outage that a cluster client delivered to the promoted primary after
+/// its caller stopped waiting), so the runner cannot have logged it.
 fn answer_may_be_lost(input: &Input, runner: &str, at: i64) -> bool {
     input
         .outages
         .iter()
         .chain(&input.cut_off)
         .filter(|s| s.runner.as_deref().is_none_or(|r| r == runner))
-        .any(|s| s.from - LOGGED_WITHIN_MS <= at && at <= s.to)
+        .any(|s| s.from - LOGGED_WITHIN_MS <= at && at - ANSWER_AWAITED_MS <= s.to)
 }
 
 /// The end of an attempt's live lease: its end, or the run's lease end while it is current.
@@ -396,6 +402,24 @@ mod tests {
         // Nor does it for an attempt the store shows did not end so (still running).
         i.runs[2].attempts[0].outcome = None;
         assert_eq!(broken(&i), [LOGS_MATCH_STORE]);
+    }
+
+    #[test]
+    fn a_win_granted_more_than_the_answer_wait_after_an_outage_and_never_logged_breaks_the_logs_match_the_store_rule(
+    ) {
+        let mut i = input();
+        i.events
+            .retain(|e| !(e.runner == "a" && e.slot == Some(13_000)));
+        // An outage that ended 7.1 s before the win: a request sent in it was given up 5 s on.
+        i.outages.push(Span {
+            runner: None,
+            from: 5_000,
+            to: 5_900,
+        });
+        assert_eq!(broken(&i), [LOGS_MATCH_STORE, LOGS_MATCH_STORE]);
+        // One that ended 4.5 s before: the claim sent in it may have taken effect unheard.
+        i.outages[0].to = 8_500;
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
     }
 
     #[test]
