@@ -37,6 +37,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a heartbeat after the lease ran out is refused by the store's clock",
         include_str!("migrations/0007_heartbeat_after_the_lease_end_is_refused.sql"),
     ),
+    (
+        "a losing claim is answered from a read without locks or writes",
+        include_str!("migrations/0008_losing_claim_reads_without_locks.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.

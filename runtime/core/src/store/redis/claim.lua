@@ -1,171 +1,176 @@
 -- claim: rules 1, 3, 5 and 6 in one atomic step (the claim algorithm of the store contract).
--- ARGV: 1 job, 2 slot, 3 kind, 4 runner, 5 token, 6 digest ('' for none), 7 lease ms,
--- 8 max attempts, 9 overlap ('skip' or 'allow'), 10 lateness limit ms, 11 retention ms,
--- 12 history size. Returns the outcome as JSON.
-local job, slot_key = ARGV[1], ARGV[2]
+-- KEYS: 1 the live hash, 2 the slot's lease key, 3 slots (a sorted set of every slot with state,
+-- for the history and its trim). ARGV: 1 job, 2 slot, 3 kind, 4 runner (a JSON string), 5 token,
+-- 6 digest (a JSON string, '' for none), 7 lease ms, 8 max attempts, 9 overlap ('skip' or
+-- 'allow'), 10 lateness limit ms, 11 retention ms, 12 history size. Answers 'won <attempt>
+-- <lease end> <fence>', 'running <attempt> <lease end> <fence> <runner>', 'overlap <slot>',
+-- 'late', 'superseded <slot>', 'finished <status>', 'interrupted' or 'paused'.
+local slot_key, token = ARGV[2], ARGV[5]
+
+-- Step 1, answered from the lease key: the slot's lease is alive (so the job is not paused).
+local held = redis.call('GET', KEYS[2])
+if held then
+  local rest = string.sub(held, #token + 2)
+  if string.sub(held, 1, #token + 1) == token .. ' ' then
+    -- The same claim sent again (its answer was lost): it won already.
+    return 'won ' .. rest
+  end
+  return 'running ' .. rest
+end
+
 local slot = tonumber(slot_key)
-local kind, runner, token = ARGV[3], ARGV[4], ARGV[5]
+local kind, runner = ARGV[3], ARGV[4]
 local digest = ARGV[6]
 local lease = tonumber(ARGV[7])
-local max_attempts = tonumber(ARGV[8])
-local overlap = ARGV[9]
-local late_limit = tonumber(ARGV[10])
-local retention = tonumber(ARGV[11])
-local history_size = tonumber(ARGV[12])
 local now, now_us = clock()
+local live = redis.call('HMGET', KEYS[1], slot_key, 'n', 'f', 'p', 'r', 'c')
+local raw, newest, r = live[1], tonumber(live[2]), live[5]
 
 -- The job's next fence: max(previous + 1, the store's clock in µs), so that a promoted replica
 -- (or a restarted Redis without persistence) that lost the last fences still hands out larger
 -- ones, as long as the servers' clocks agree to within the failover time (see
--- baton::lease::next_fence). Written and returned as a string of digits.
+-- baton::lease::next_fence). A string of digits.
 local function next_fence()
-  local previous = tonumber(redis.call('GET', KEYS[4]) or '0')
-  local fence = math.max(previous + 1, now_us)
-  redis.call('SET', KEYS[4], int(fence))
-  return int(fence)
-end
-
-local function newest_slot()
-  local top = redis.call('ZREVRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if #top == 0 then
-    return nil
-  end
-  return tonumber(top[2])
-end
-
-local function new_attempt(number, reason, fence)
-  local attempt = {
-    attempt = number, runner = runner, token = token, reason = reason, fence = fence,
-    started_at = now,
-  }
-  if digest ~= '' then
-    attempt.digest = digest
-  end
-  return attempt
+  return int(math.max(tonumber(live[3] or '0') + 1, now_us))
 end
 
 local function won(run)
-  return cjson.encode({
-    o = 'won', attempt = run.attempt, token = run.token, fence = run.fence,
-    lease_end = run.lease_end,
-  })
+  return 'won ' .. int(run.attempt) .. ' ' .. int(run.lease_end) .. ' ' .. run.fence
 end
 
--- Step 3: keep history_size finished runs, but never one a late claim could still ask about.
-local function trim()
-  local running = redis.call('ZCARD', KEYS[3])
-  local excess = redis.call('ZCARD', KEYS[2]) - running - history_size
-  if excess <= 0 then
-    return
+-- Starts attempt `run.attempt` of `run` for this claim: its head and its attempt's text.
+local function start(run, reason)
+  run.token, run.runner, run.lease_end, run.released = token, runner, now + lease, false
+  run.fence = next_fence()
+  local attempt = '{"attempt":' .. int(run.attempt) .. ',"runner":' .. runner .. ',"token":"'
+    .. token .. '","reason":"' .. reason .. '","fence":"' .. run.fence .. '","started_at":'
+    .. int(now)
+  if digest ~= '' then
+    attempt = attempt .. ',"digest":' .. digest
   end
-  local oldest = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now - retention),
-    'LIMIT', 0, excess + running)
-  local deleted = 0
-  for _, key in ipairs(oldest) do
-    if deleted >= excess then
-      break
-    end
-    if not redis.call('ZSCORE', KEYS[3], key) then
-      redis.call('HDEL', KEYS[1], key)
-      redis.call('ZREM', KEYS[2], key)
-      deleted = deleted + 1
-    end
+  if run.attempts == '' then
+    run.attempts = '[' .. attempt .. '}]'
+  else
+    run.attempts = string.sub(run.attempts, 1, -2) .. ',' .. attempt .. '}]'
   end
 end
+
+local run = raw and parse(raw)
 
 -- A paused job starts no attempt: only the same claim sent again gets its win back (it won
 -- before the pause).
-local run = load(slot_key)
-if redis.call('EXISTS', KEYS[5]) == 1 then
+if live[4] then
   if run and run.status == 'running' and run.lease_end > now and run.token == token then
     return won(run)
   end
-  return cjson.encode({ o = 'paused' })
+  return 'paused'
 end
 
 -- Step 1: the slot has state.
 if run then
   if run.status ~= 'running' then
-    return cjson.encode({ o = 'finished', status = run.status })
+    return 'finished ' .. run.status
   end
   if run.lease_end > now then
     if run.token == token then
-      -- The same claim sent again (its answer was lost): it won already.
       return won(run)
     end
-    return cjson.encode({
-      o = 'running', attempt = run.attempt, runner = run.runner, lease_end = run.lease_end,
-    })
+    return 'running ' .. string.sub(lease_value(run), #run.token + 2)
   end
   -- Expired: a takeover, unless a newer run started first or the attempts are used up.
-  local newest = newest_slot()
   end_expired_attempt(run)
-  local deaths = 0
-  for _, attempt in ipairs(run.attempts) do
-    if attempt.outcome == 'died' then
-      deaths = deaths + 1
-    end
-  end
-  if (newest and newest > run.slot) or deaths >= max_attempts then
+  if (newest and newest > slot) or run.deaths >= tonumber(ARGV[8]) then
     run.status = 'interrupted'
-    save(slot_key, run)
-    return cjson.encode({ o = 'interrupted' })
+    redis.call('HSET', KEYS[1], slot_key, format(run), 'r', set_running(r, slot_key, nil))
+    return 'interrupted'
   end
-  local fence = next_fence()
   run.attempt = run.attempt + 1
-  run.token = token
-  run.runner = runner
-  run.lease_end = now + lease
-  run.released = false
-  run.fence = fence
-  table.insert(run.attempts, new_attempt(run.attempt, 'takeover', fence))
-  save(slot_key, run)
+  start(run, 'takeover')
+  redis.call('HSET', KEYS[1], slot_key, format(run), 'f', run.fence,
+    'r', set_running(r, slot_key, run.lease_end))
+  hold(run)
   return won(run)
 end
 
 -- Step 2: no state.
-if now - slot > late_limit then
-  return cjson.encode({ o = 'late' })
+if now - slot > tonumber(ARGV[10]) then
+  return 'late'
 end
-local newest = newest_slot()
 if newest and newest > slot then
-  return cjson.encode({ o = 'superseded', newer_slot = newest })
+  return 'superseded ' .. int(newest)
 end
-if overlap == 'skip' then
-  local live = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. int(now), '+inf')
-  if #live > 0 then
-    local blocking = nil
-    for _, key in ipairs(live) do
-      local s = tonumber(key)
-      if blocking == nil or s < blocking then
-        blocking = s
-      end
+local running = running_of(r)
+if ARGV[9] == 'skip' then
+  local blocking = nil
+  for s, lease_end in pairs(running) do
+    local n = tonumber(s)
+    if lease_end > now and (blocking == nil or n < blocking) then
+      blocking = n
     end
-    return cjson.encode({ o = 'overlap', blocking_slot = blocking })
+  end
+  if blocking then
+    return 'overlap ' .. int(blocking)
   end
 end
 -- Earlier runs whose lease ran out are interrupted: the newer run starts first.
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', int(now))) do
-  if tonumber(key) < slot then
-    local old = load(key)
-    if old then
+local interrupted = {}
+for s, lease_end in pairs(running) do
+  if lease_end <= now and tonumber(s) < slot then
+    local old_raw = redis.call('HGET', KEYS[1], s)
+    if old_raw then
+      local old = parse(old_raw)
       end_expired_attempt(old)
       old.status = 'interrupted'
-      save(key, old)
+      interrupted[#interrupted + 1] = s
+      interrupted[#interrupted + 1] = format(old)
     end
+    r = set_running(r, s, nil)
+    running[s] = nil
   end
 end
-local fence = next_fence()
+if #interrupted > 0 then
+  redis.call('HSET', KEYS[1], unpack(interrupted))
+end
+
 local reason = kind
 if reason == 'takeover' then
   reason = 'scheduled'
 end
-run = {
-  job = job, slot = slot, status = 'running', attempt = 1, token = token, runner = runner,
-  lease_end = now + lease, released = false, fence = fence,
-  attempts = { new_attempt(1, reason, fence) },
-}
-save(slot_key, run)
-redis.call('ZADD', KEYS[2], slot_key, slot_key)
-trim()
+run = { status = 'running', attempt = 1, deaths = 0, attempts = '' }
+start(run, reason)
+r = set_running(r, slot_key, run.lease_end)
+running[slot_key] = run.lease_end
+local count = tonumber(live[6] or '0') + 1
+
+-- Step 3: keep history_size finished runs, but never one a late claim could still ask about.
+-- Trimmed in batches: once more than half as many again are kept, down to history_size.
+local history = tonumber(ARGV[12])
+local runs = 0
+for _ in pairs(running) do
+  runs = runs + 1
+end
+local excess = count - runs - history
+if excess > math.floor(history / 2) then
+  local oldest = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now - tonumber(ARGV[11])),
+    'LIMIT', 0, excess + runs)
+  local gone = {}
+  for _, s in ipairs(oldest) do
+    if #gone >= excess then
+      break
+    end
+    if not running[s] then
+      gone[#gone + 1] = s
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', KEYS[1], unpack(gone))
+    redis.call('ZREM', KEYS[3], unpack(gone))
+    count = count - #gone
+  end
+end
+
+redis.call('HSET', KEYS[1], slot_key, format(run), 'n', slot_key, 'f', run.fence, 'r', r,
+  'c', int(count))
+redis.call('ZADD', KEYS[3], slot_key, slot_key)
+hold(run)
 return won(run)

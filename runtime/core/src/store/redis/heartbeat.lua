@@ -1,13 +1,18 @@
--- heartbeat: rule 2. ARGV: 1 slot, 2 token, 3 lease ms. Returns the outcome as JSON. A
--- heartbeat after the lease ran out is refused by the store's clock, even before any takeover.
-local run = load(ARGV[1])
-if not run then
-  return cjson.encode({ o = 'lost' })
+-- heartbeat: rule 2. KEYS: 1 the live hash, 2 the slot's lease key. ARGV: 1 slot, 2 token,
+-- 3 lease ms. Answers 'renewed <lease end>', 'lost' or 'lost <state>'. A heartbeat after the
+-- lease ran out is refused by the store's clock, even before any takeover.
+local live = redis.call('HMGET', KEYS[1], ARGV[1], 'r', 'p')
+if not live[1] then
+  return 'lost'
 end
-local now = now_ms()
+local run = parse(live[1])
+local now = clock()
 if not holds(run, ARGV[2]) or run.lease_end <= now then
-  return cjson.encode({ o = 'lost', state = state(run) })
+  return 'lost ' .. state(run)
 end
 run.lease_end = now + tonumber(ARGV[3])
-save(ARGV[1], run)
-return cjson.encode({ o = 'renewed', lease_end = run.lease_end })
+redis.call('HSET', KEYS[1], ARGV[1], format(run), 'r', set_running(live[2], ARGV[1], run.lease_end))
+if not live[3] then
+  hold(run)
+end
+return 'renewed ' .. int(run.lease_end)

@@ -7,18 +7,15 @@
 //! cache since (a restart, a failover to a replica that never saw the scripts) answers
 //! `NOSCRIPT`, and the call is sent again with the script's text. The store's clock is `TIME`
 //! read inside the script. Every key of a job shares the hash tag `{<namespace>:<job>}`, so a
-//! job's scripts are valid on a Redis Cluster. The keys of a job:
-//!
-//! - `{ns:job}:runs`: a hash from slot to the run's record (JSON, as [`Run`] serializes);
-//! - `{ns:job}:slots`: a sorted set of every slot with state, for the newest slot, history and
-//!   the trim;
-//! - `{ns:job}:running`: a sorted set of the runs whose status is running, scored by lease end,
-//!   so the overlap check (is any lease alive after now?) is logarithmic;
-//! - `{ns:job}:fence`: the job's fence counter (see [`next_fence`](crate::lease::next_fence));
-//! - `{ns:job}:state` and `{ns:job}:state-writers`: the job's state (see `state.rs`).
+//! job's scripts are valid on a Redis Cluster. The keys of a job, and the records in them, are
+//! the layout (see `layout.rs`): a live hash that a claim, a heartbeat and a finish each read
+//! once and write once, a sorted set of the slots with state, and a key per live lease that
+//! answers a losing claim alone; the job's state (see `state.rs`) beside them.
 //!
 //! Beside them, `{ns}:jobs` is the set of the namespace's job names, added to once per job and
-//! process after a won claim.
+//! process after a won claim, and `{ns}:layout` the layout's version: a store refuses a
+//! namespace that an older Baton wrote in another layout (the keys would not be seen, and its
+//! jobs would run twice).
 //!
 //! URLs: `redis://[user:password@]host:port[/db]`, `rediss://` for TLS, `valkey://` and
 //! `valkeys://` alike; a cluster is `redis+cluster://host:port,host:port,…` (also
@@ -53,8 +50,8 @@ use serde::Deserialize;
 
 use super::{Cause, ServerTime, Store, StoreError};
 use crate::lease::{
-    millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Run, RunState, Status,
-    Token, TokenOutcome,
+    millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, RunState, Status, Token,
+    TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
@@ -124,7 +121,10 @@ pub fn take_replicas(url: &str) -> Result<(String, Replicas), StoreError> {
     Ok((rest, replicas))
 }
 
+mod layout;
 mod state;
+
+use layout::JobKeys;
 
 const COMMON: &str = include_str!("common.lua");
 
@@ -419,6 +419,7 @@ impl RedisStore {
         };
         let checks = async {
             store.check_server().await?;
+            store.check_layout().await?;
             store.load_scripts().await;
             if store.durability.setting == Replicas::Auto {
                 let count = replica_count(&mut store.counted())
@@ -534,6 +535,44 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Refuses a namespace written in another layout of this store, whose runs this one would
+    /// not see (its jobs would run twice); marks a new namespace with this layout's version.
+    async fn check_layout(&self) -> Result<(), StoreError> {
+        let (layout_key, jobs_key) = (self.layout_key(), self.jobs_key());
+        let mut c = self.counted();
+        let (version, has_jobs): (Option<String>, bool) = redis::pipe()
+            .get(&layout_key)
+            .exists(&jobs_key)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| connect_error(&self.place, e))?;
+        let found = match version {
+            Some(v) if v == layout::LAYOUT_VERSION => return Ok(()),
+            Some(v) => v,
+            None if has_jobs => "1".to_owned(),
+            None => {
+                let () = redis::cmd("SET")
+                    .arg(&layout_key)
+                    .arg(layout::LAYOUT_VERSION)
+                    .arg("NX")
+                    .query_async(&mut c)
+                    .await
+                    .map_err(|e| connect_error(&self.place, e))?;
+                return Ok(());
+            }
+        };
+        Err(StoreError::Unsupported {
+            store: self.place.clone(),
+            reason: format!(
+                "namespace {:?} holds runs in layout {found} of the Redis store, and this Baton \
+                 reads layout {}: give this cluster a new namespace (--namespace), or run the \
+                 Baton that wrote it",
+                self.namespace,
+                layout::LAYOUT_VERSION
+            ),
+        })
+    }
+
     /// A handle on the connection that counts what it sends.
     fn counted(&self) -> Counted {
         self.counted_on(&self.connection)
@@ -556,16 +595,20 @@ impl RedisStore {
         format!("{{{}}}:bench:{key}", self.namespace)
     }
 
-    /// The job's keys, in the order the scripts take them.
-    fn keys(&self, job: &str) -> [String; 5] {
-        let tag = format!("{{{}:{}}}", self.namespace, job);
-        [
-            format!("{tag}:runs"),
-            format!("{tag}:slots"),
-            format!("{tag}:running"),
-            format!("{tag}:fence"),
-            format!("{tag}:paused"),
-        ]
+    /// The keys of `job`.
+    fn job_keys(&self, job: &str) -> JobKeys {
+        JobKeys::new(&self.namespace, job)
+    }
+
+    /// The keys of a script that acts with a token on `slot`: the live hash and the lease key.
+    fn token_keys(&self, job: &str, slot: i64) -> [String; 2] {
+        let keys = self.job_keys(job);
+        [keys.live(), keys.lease(slot)]
+    }
+
+    /// The key of the namespace's layout version.
+    fn layout_key(&self) -> String {
+        format!("{{{}}}:layout", self.namespace)
     }
 
     /// The namespace's pauses in force (a hash from job to the pause, kept beside each job's
@@ -581,41 +624,40 @@ impl RedisStore {
         format!("{{{}}}:jobs", self.namespace)
     }
 
-    /// Runs a script with the job's keys and these arguments; returns its JSON answer parsed.
-    async fn script<T: for<'de> Deserialize<'de>>(
+    /// Runs a script with these keys and arguments; returns its answer.
+    async fn script(
         &self,
         mut on: Counted,
         lua: &Lua,
-        job: &str,
+        keys: &[String],
         args: &[String],
-    ) -> Result<T, StoreError> {
+    ) -> Result<String, StoreError> {
         let mut invocation = lua.script.prepare_invoke();
-        for key in self.keys(job) {
+        for key in keys {
             invocation.key(key);
         }
         for arg in args {
             invocation.arg(arg);
         }
-        let answer: String = invocation
+        invocation
             .invoke_async(&mut on)
             .await
-            .map_err(|e| self.error(e))?;
-        self.parse(job, &answer)
+            .map_err(|e| self.error(e))
     }
 
     /// Runs a script that writes, followed by `WAIT` for the required replicas in the same
     /// pipeline (one round trip), when any are required; returns its answer parsed and how many
     /// replicas acknowledged (`None` when none were asked for).
-    async fn durable_script<T: for<'de> Deserialize<'de>>(
+    async fn durable_script(
         &self,
         mut on: Counted,
         lua: &Lua,
-        job: &str,
+        keys: &[String],
         args: &[String],
-    ) -> Result<(T, Option<u32>), StoreError> {
+    ) -> Result<(String, Option<u32>), StoreError> {
         let required = self.replicas_required();
         if required == 0 {
-            return Ok((self.script(on, lua, job, args).await?, None));
+            return Ok((self.script(on, lua, keys, args).await?, None));
         }
         let timeout_ms = u64::try_from(self.durability.timeout.as_millis()).unwrap_or(u64::MAX);
         let pipeline = |by_hash: bool| {
@@ -625,8 +667,7 @@ impl RedisStore {
             } else {
                 pipe.cmd("EVAL").arg(&lua.code)
             };
-            let keys = self.keys(job);
-            eval.arg(keys.len()).arg(&keys[..]).arg(args);
+            eval.arg(keys.len()).arg(keys).arg(args);
             pipe.cmd("WAIT").arg(required).arg(timeout_ms);
             pipe
         };
@@ -640,7 +681,7 @@ impl RedisStore {
             other => other,
         };
         let (answer, acknowledged) = answered.map_err(|e| self.error(e))?;
-        Ok((self.parse(job, &answer)?, Some(acknowledged)))
+        Ok((answer, Some(acknowledged)))
     }
 
     /// Fails with [`StoreError::NotAcknowledged`] when fewer replicas than required
@@ -677,6 +718,15 @@ impl RedisStore {
             job: job.to_owned(),
             reason: format!("unexpected script answer {answer:?}: {e}"),
         })
+    }
+
+    /// A record or an answer of the layout that did not read, as an error naming the job.
+    fn malformed(&self, job: &str, reason: String) -> StoreError {
+        StoreError::Malformed {
+            store: self.place.clone(),
+            job: job.to_owned(),
+            reason,
+        }
     }
 
     fn error(&self, e: RedisError) -> StoreError {
@@ -768,15 +818,22 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(&self.keys(job)[0]).arg(&slots);
+        cmd.arg(self.job_keys(job).live()).arg(&slots);
         let raw: Vec<Option<String>> = {
             let mut c = self.counted();
             cmd.query_async(&mut c).await
         }
         .map_err(|e| self.error(e))?;
-        raw.into_iter()
-            .flatten()
-            .map(|r| self.decode(job, &r))
+        slots
+            .iter()
+            .zip(raw)
+            .filter_map(|(slot, record)| record.map(|r| (slot, r)))
+            .map(|(slot, record)| {
+                let slot = slot
+                    .parse()
+                    .map_err(|_| self.malformed(job, format!("slot {slot:?} is not a number")))?;
+                layout::decode_record(job, slot, &record).map_err(|e| self.malformed(job, e))
+            })
             .collect()
     }
 
@@ -785,14 +842,6 @@ impl RedisStore {
             store: self.place.clone(),
             job: job.to_owned(),
             reason: format!("operation record: {e}"),
-        })
-    }
-
-    fn decode(&self, job: &str, record: &str) -> Result<Run, StoreError> {
-        serde_json::from_str(record).map_err(|e| StoreError::Malformed {
-            store: self.place.clone(),
-            job: job.to_owned(),
-            reason: e.to_string(),
         })
     }
 }
@@ -921,36 +970,6 @@ fn operation_error(place: &str, e: RedisError) -> StoreError {
     }
 }
 
-/// What the claim script answers.
-#[derive(Deserialize)]
-#[serde(tag = "o", rename_all = "kebab-case")]
-enum ClaimAnswer {
-    Won {
-        attempt: u32,
-        token: Token,
-        #[serde(deserialize_with = "crate::lease::fence_from_json")]
-        fence: u64,
-        lease_end: i64,
-    },
-    Running {
-        attempt: u32,
-        runner: String,
-        lease_end: i64,
-    },
-    Overlap {
-        blocking_slot: i64,
-    },
-    Late,
-    Superseded {
-        newer_slot: i64,
-    },
-    Finished {
-        status: Status,
-    },
-    Interrupted,
-    Paused,
-}
-
 /// What the operate script answers.
 #[derive(Deserialize)]
 #[serde(tag = "o", rename_all = "kebab-case")]
@@ -977,31 +996,6 @@ impl From<StateAnswer> for RunState {
     }
 }
 
-/// What the heartbeat script answers.
-#[derive(Deserialize)]
-#[serde(tag = "o", rename_all = "kebab-case")]
-enum HeartbeatAnswer {
-    Renewed { lease_end: i64 },
-    Lost { state: Option<StateAnswer> },
-}
-
-/// What the finish script answers (finish and release).
-#[derive(Deserialize)]
-#[serde(tag = "o", rename_all = "kebab-case")]
-enum TokenAnswer {
-    Accepted,
-    Refused { state: Option<StateAnswer> },
-}
-
-impl From<TokenAnswer> for TokenOutcome {
-    fn from(a: TokenAnswer) -> Self {
-        match a {
-            TokenAnswer::Accepted => TokenOutcome::Accepted,
-            TokenAnswer::Refused { state } => TokenOutcome::Refused(state.map(Into::into)),
-        }
-    }
-}
-
 #[async_trait]
 impl Store for RedisStore {
     fn backend(&self) -> &'static str {
@@ -1020,13 +1014,15 @@ impl Store for RedisStore {
 
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let o = request.options;
+        let job = self.job_keys(request.job);
+        let keys = [job.live(), job.lease(request.slot), job.slots()];
         let args = [
             request.job.to_owned(),
             request.slot.to_string(),
             request.kind.as_str().to_owned(),
-            request.runner.to_owned(),
+            json_string(request.runner),
             request.token.to_string(),
-            request.digest.unwrap_or("").to_owned(),
+            request.digest.map(json_string).unwrap_or_default(),
             millis(o.lease).to_string(),
             o.max_attempts.to_string(),
             o.overlap.as_str().to_owned(),
@@ -1034,43 +1030,18 @@ impl Store for RedisStore {
             millis(o.retention()).to_string(),
             o.history_size.to_string(),
         ];
-        let (answer, acknowledged): (ClaimAnswer, _) = self
-            .durable_script(self.counted(), &self.scripts.claim, request.job, &args)
+        let (answer, acknowledged) = self
+            .durable_script(self.counted(), &self.scripts.claim, &keys, &args)
             .await?;
-        Ok(match answer {
-            ClaimAnswer::Won {
-                attempt,
-                token,
-                fence,
-                lease_end,
-            } => {
-                // A win the replicas do not hold could be lost with the primary, and the run
-                // won again by another runner: the job must not start on it.
-                self.check_acknowledged("claim", acknowledged)?;
-                self.register(request.job).await;
-                ClaimOutcome::Won(Lease {
-                    attempt,
-                    token,
-                    fence,
-                    lease_end,
-                })
-            }
-            ClaimAnswer::Running {
-                attempt,
-                runner,
-                lease_end,
-            } => ClaimOutcome::Running {
-                attempt,
-                runner,
-                lease_end,
-            },
-            ClaimAnswer::Overlap { blocking_slot } => ClaimOutcome::Overlap { blocking_slot },
-            ClaimAnswer::Late => ClaimOutcome::Late,
-            ClaimAnswer::Superseded { newer_slot } => ClaimOutcome::Superseded { newer_slot },
-            ClaimAnswer::Finished { status } => ClaimOutcome::Finished { status },
-            ClaimAnswer::Interrupted => ClaimOutcome::Interrupted,
-            ClaimAnswer::Paused => ClaimOutcome::Paused,
-        })
+        let outcome = layout::claim_outcome(&answer, request.token)
+            .map_err(|e| self.malformed(request.job, e))?;
+        if let ClaimOutcome::Won(_) = outcome {
+            // A win the replicas do not hold could be lost with the primary, and the run won
+            // again by another runner: the job must not start on it.
+            self.check_acknowledged("claim", acknowledged)?;
+            self.register(request.job).await;
+        }
+        Ok(outcome)
     }
 
     async fn heartbeat(
@@ -1080,18 +1051,16 @@ impl Store for RedisStore {
         token: Token,
         lease: Duration,
     ) -> Result<HeartbeatOutcome, StoreError> {
+        let keys = self.token_keys(job, slot);
         let args = [
             slot.to_string(),
             token.to_string(),
             millis(lease).to_string(),
         ];
-        let answer: HeartbeatAnswer = self
-            .script(self.counted_leases(), &self.scripts.heartbeat, job, &args)
+        let answer = self
+            .script(self.counted_leases(), &self.scripts.heartbeat, &keys, &args)
             .await?;
-        Ok(match answer {
-            HeartbeatAnswer::Renewed { lease_end } => HeartbeatOutcome::Renewed { lease_end },
-            HeartbeatAnswer::Lost { state } => HeartbeatOutcome::Lost(state.map(Into::into)),
-        })
+        layout::heartbeat_outcome(&answer).map_err(|e| self.malformed(job, e))
     }
 
     async fn finish(
@@ -1101,18 +1070,19 @@ impl Store for RedisStore {
         token: Token,
         result: Finish,
     ) -> Result<TokenOutcome, StoreError> {
+        let keys = self.token_keys(job, slot);
         let args = [
             slot.to_string(),
             token.to_string(),
             result.status().as_str().to_owned(),
         ];
-        let (answer, acknowledged): (TokenAnswer, _) = self
-            .durable_script(self.counted_leases(), &self.scripts.finish, job, &args)
+        let (answer, acknowledged) = self
+            .durable_script(self.counted_leases(), &self.scripts.finish, &keys, &args)
             .await?;
         // Checked whatever the answer: a finish sent again after it was not acknowledged is
         // refused with the run's state, and must still wait for the first one to be held.
         self.check_acknowledged("finish", acknowledged)?;
-        Ok(answer.into())
+        layout::token_outcome(&answer).map_err(|e| self.malformed(job, e))
     }
 
     async fn release(
@@ -1121,12 +1091,13 @@ impl Store for RedisStore {
         slot: i64,
         token: Token,
     ) -> Result<TokenOutcome, StoreError> {
+        let keys = self.token_keys(job, slot);
         let args = [slot.to_string(), token.to_string(), "release".to_owned()];
-        let (answer, acknowledged): (TokenAnswer, _) = self
-            .durable_script(self.counted_leases(), &self.scripts.finish, job, &args)
+        let (answer, acknowledged) = self
+            .durable_script(self.counted_leases(), &self.scripts.finish, &keys, &args)
             .await?;
         self.check_acknowledged("release", acknowledged)?;
-        Ok(answer.into())
+        layout::token_outcome(&answer).map_err(|e| self.malformed(job, e))
     }
 
     async fn get(&self, job: &str, slot: i64) -> Result<Option<Run>, StoreError> {
@@ -1138,12 +1109,13 @@ impl Store for RedisStore {
     }
 
     async fn unfinished(&self, job: &str) -> Result<Vec<Run>, StoreError> {
-        let key = &self.keys(job)[2];
-        let slots: Vec<String> = {
+        let running: Option<String> = {
             let mut c = self.counted();
-            c.zrange(key, 0, -1).await
+            c.hget(self.job_keys(job).live(), layout::RUNNING_FIELD)
+                .await
         }
         .map_err(|e| self.error(e))?;
+        let slots = layout::running_slots(running.as_deref());
         let mut runs = self.records(job, slots).await?;
         runs.retain(|r| r.status == Status::Running);
         runs.sort_by_key(|r| r.slot);
@@ -1154,7 +1126,7 @@ impl Store for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let key = &self.keys(job)[1];
+        let key = self.job_keys(job).slots();
         let stop = isize::try_from(limit).unwrap_or(isize::MAX) - 1;
         let slots: Vec<String> = {
             let mut c = self.counted();
@@ -1176,10 +1148,20 @@ impl Store for RedisStore {
     }
 
     async fn forget_job(&self, job: &str) -> Result<(), StoreError> {
-        let mut keys = self.keys(job).to_vec();
-        keys.extend(self.state_keys_of(job).into_iter().skip(1));
-        let jobs_key = self.jobs_key();
+        let job_keys = self.job_keys(job);
         let mut c = self.counted();
+        let running: Option<String> = c
+            .hget(job_keys.live(), layout::RUNNING_FIELD)
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut keys = vec![job_keys.live(), job_keys.slots()];
+        keys.extend(job_keys.state());
+        keys.extend(
+            layout::running_slots(running.as_deref())
+                .iter()
+                .map(|slot| format!("{}{slot}", job_keys.lease_prefix())),
+        );
+        let jobs_key = self.jobs_key();
         // Two keys slots apart on a cluster: two commands, the job's keys first.
         let () = c.del(keys).await.map_err(|e| self.error(e))?;
         let () = c.srem(jobs_key, job).await.map_err(|e| self.error(e))?;
@@ -1320,10 +1302,13 @@ impl Store for RedisStore {
             by.user.clone(),
             by.reason.clone().unwrap_or_default(),
             if stop { "1" } else { "0" }.to_owned(),
+            self.job_keys(job).lease_prefix(),
         ];
-        let answer: OperateAnswer = self
-            .script(self.counted(), &self.scripts.operate, job, &args)
+        let keys = [self.job_keys(job).live()];
+        let answer = self
+            .script(self.counted(), &self.scripts.operate, &keys, &args)
             .await?;
+        let answer: OperateAnswer = self.parse(job, &answer)?;
         let op = match answer {
             OperateAnswer::Paused { op } => return Ok(OperateOutcome::Paused(op)),
             OperateAnswer::Done { op } => op,
@@ -1397,6 +1382,11 @@ impl Store for RedisStore {
         }
         Ok(ops)
     }
+}
+
+/// `text` as a JSON string, as the records keep runners and digests.
+fn json_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
 }
 
 /// How long a key of [`Store::raw_primitive`] lives: 10 minutes, so one that is never cleared

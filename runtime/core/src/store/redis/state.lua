@@ -1,19 +1,21 @@
--- A fenced write to the job's state. KEYS: 1 runs (as in every script), 2 state (a hash from
--- key to value), 3 writers (a hash from key to the JSON record of the attempt that wrote it).
--- ARGV: 1 slot, 2 token, 3 operation (set, delete, increment, compare-and-swap), 4 key,
+-- A fenced write to the job's state. KEYS: 1 the live hash (as in every script), 2 state (a
+-- hash from key to value), 3 writers (a hash from key to the JSON record of the attempt that
+-- wrote it). ARGV: 1 slot, 2 token, 3 operation (set, delete, increment, compare-and-swap), 4 key,
 -- 5 the value (set), the amount (increment) or the new value (compare-and-swap), 6 for
 -- compare-and-swap '1' when a value is expected and '0' when the key must be absent, 7 the
 -- expected value, 8 the most keys the job may hold. Returns the outcome as JSON.
 --
 -- Only the current token of a running run whose lease is not released and still alive by the
 -- store's clock may write; the check and the write are this one script.
-local run = load(ARGV[1])
-if not run then
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then
   return cjson.encode({ o = 'fenced' })
 end
-local now = now_ms()
-if not holds(run, ARGV[2]) or tonumber(run.lease_end) <= now then
-  return cjson.encode({ o = 'fenced', state = state(run) })
+local run = parse(raw)
+local now = clock()
+if not holds(run, ARGV[2]) or run.lease_end <= now then
+  return cjson.encode({ o = 'fenced', state = {
+    attempt = run.attempt, status = run.status, released = run.released } })
 end
 
 local op, key = ARGV[3], ARGV[4]

@@ -45,14 +45,12 @@ struct WriterRecord {
 }
 
 impl RedisStore {
-    /// The job's state keys: the runs (for the lease check), the values and their writers.
+    /// The job's state keys: the live hash (for the lease check), the values and their
+    /// writers.
     pub(super) fn state_keys_of(&self, job: &str) -> [String; 3] {
-        let tag = format!("{{{}:{}}}", self.namespace, job);
-        [
-            format!("{tag}:runs"),
-            format!("{tag}:state"),
-            format!("{tag}:state-writers"),
-        ]
+        let keys = self.job_keys(job);
+        let [values, writers] = keys.state();
+        [keys.live(), values, writers]
     }
 
     fn writer_record(&self, job: &str, raw: &str) -> Result<WriterRecord, StoreError> {
