@@ -491,3 +491,48 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
         "with the replica live again claims win: {again:?}"
     );
 }
+
+/// The port of the tests' Redis.
+fn redis_port() -> u16 {
+    redis_address()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the tests' Redis address ends in a port")
+}
+
+#[tokio::test]
+async fn namespace_written_in_an_older_layout_is_refused_naming_it_and_the_fix() {
+    // Layout 1 kept the namespace's job names in `{ns}:jobs` and no layout version.
+    let port = redis_port();
+    let namespace = unique("old-layout");
+    redis_cli(port, &["SADD", &format!("{{{namespace}}}:jobs"), "nightly"]);
+    let url = format!("redis://{}", redis_address());
+    let refused = store::open(&url, &namespace).await;
+    redis_cli(port, &["DEL", &format!("{{{namespace}}}:jobs")]);
+    let err = match refused {
+        Ok(_) => panic!("a namespace of layout 1 opened, but should not"),
+        Err(e) => e,
+    };
+    let message = err.to_string();
+    assert!(
+        matches!(err, StoreError::Unsupported { .. }),
+        "not an unsupported store: {message}"
+    );
+    assert!(
+        message.contains(&format!("namespace {namespace:?} holds runs in layout 1"))
+            && message.contains("--namespace"),
+        "the error names the namespace, its layout and the fix: {message}"
+    );
+    // A new namespace is marked with this layout and opens again.
+    let fresh = unique("new-layout");
+    store::open(&url, &fresh)
+        .await
+        .expect("a new namespace opens");
+    store::open(&url, &fresh).await.expect("and opens again");
+    assert_eq!(
+        redis_cli(port, &["GET", &format!("{{{fresh}}}:layout")]).trim(),
+        "2"
+    );
+    redis_cli(port, &["DEL", &format!("{{{fresh}}}:layout")]);
+}
