@@ -203,7 +203,7 @@ impl Queries {
         Queries {
             claim: format!(
                 "SELECT outcome, attempt_no, fence_no, lease_until, held_by, other_slot, \
-                 run_status FROM {schema}.baton_claim_unless_paused(\
+                 run_status FROM {schema}.baton_claim_reading_first(\
                  $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             ),
             heartbeat: format!(
