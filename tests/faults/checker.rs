@@ -747,6 +747,14 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
         if within(&input.disturbed, slot, 0, 0) || within(&input.outages, slot, 0, 2_500) {
             continue;
         }
+        // A run whose runner a fault hit while it ran (a long one began before the fault's
+        // span) is not outside every fault: the liveness rules judge it instead.
+        if by_slot
+            .get(&slot)
+            .is_some_and(|r| hit_while_running(input, r))
+        {
+            continue;
+        }
         // The job's own earlier run still held its lease when this slot came: the spec skips
         // the slot as an overlap (rule 5). That is the job being slow on a loaded machine, not
         // a misbehaving neighbour taking its time.
@@ -779,6 +787,25 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
             });
         }
     }
+}
+
+/// Whether a fault hit the runner of one of the run's attempts while it held its lease: the
+/// runner was frozen then, or its life (a `kill -9`, an exit) ended then.
+fn hit_while_running(input: &Input, run: &Run) -> bool {
+    run.attempts.iter().any(|a| {
+        let (from, to) = (a.started_at, lease_until(run, a));
+        let ours = |s: &&Span| s.runner.as_deref() == Some(a.runner.as_str());
+        input
+            .freezes
+            .iter()
+            .filter(ours)
+            .any(|f| f.from <= to && f.to >= from)
+            || input
+                .lives
+                .iter()
+                .filter(ours)
+                .any(|l| from <= l.to && l.to <= to)
+    })
 }
 
 /// How much later than it was due an owed takeover may come: 1 s, for a loaded 2-core machine
@@ -1356,6 +1383,40 @@ pub(crate) mod tests {
             to: 14_000,
         });
         assert!(broken(&i).is_empty());
+    }
+
+    #[test]
+    fn a_run_whose_runner_was_frozen_while_it_ran_is_not_held_to_the_schedule() {
+        let mut i = input(clean());
+        i.jobs[0].well_behaved = true;
+        // Slot 12_000's attempt on `a` ran from 12_005 and died at 13_005: `a` was frozen
+        // from 12_800, after the slot, so the slot is outside the fault's span but its run is
+        // not. A freeze of another runner, or of `a` after the attempt, excuses nothing.
+        for (runner, from, excused) in [
+            ("b", 12_800, false),
+            ("a", 13_100, false),
+            ("a", 12_800, true),
+        ] {
+            i.freezes = vec![Span {
+                runner: Some(runner.into()),
+                from,
+                to: from + 1_800,
+            }];
+            assert_eq!(
+                broken(&i).is_empty(),
+                excused,
+                "freeze of {runner} from {from}: {:?}",
+                broken(&i)
+            );
+        }
+        // The same for a kill of `a` while the attempt ran.
+        i.freezes.clear();
+        i.lives = vec![Span {
+            runner: Some("a".into()),
+            from: 0,
+            to: 12_800,
+        }];
+        assert!(broken(&i).is_empty(), "{:?}", broken(&i));
     }
 
     #[test]

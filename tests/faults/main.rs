@@ -123,6 +123,16 @@ fn backend_rows(backend: Backend) -> Vec<report::Row> {
             started.elapsed(),
             row.violations.len()
         );
+        // Printed as they happen too, so a log cut short after the first lines still holds them.
+        for v in &row.violations {
+            eprintln!(
+                "faults: VIOLATION {} on {}: {}: {}",
+                scenario.name(),
+                backend.name(),
+                v.rule,
+                v.detail
+            );
+        }
         rows.push(row);
     }
     rows

@@ -15,7 +15,9 @@
 //! 5. the guest's timeouts, clamped to the job's limits; the response body, capped.
 //!
 //! A refused request fails in the guest with `http-request-denied`. The request body streams
-//! through the gate too: once the lease is lost, the rest of a body in flight is cut.
+//! through the gate too, and the host opens the connection itself with the gate under every
+//! write to the socket ([`wire`]): once the lease is lost, nothing more of a request in flight
+//! leaves the host, even one that passed the gate before its runner was frozen.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -35,6 +37,8 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 use crate::fence::Gate;
 use crate::log::AttemptLog;
 use crate::OutboundSink;
+
+mod wire;
 
 /// The limits of one job's outbound HTTP, per attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -430,18 +434,17 @@ impl WasiHttpHooks for Hooks {
                 ));
                 return Err(Error::HttpRequestDenied);
             }
-            let (response, io) =
-                match wasmtime_wasi_http::default_send_request(request, Some(options)).await {
-                    Ok(sent) => sent,
-                    Err(e) => {
-                        count(if gate.check().is_err() {
-                            "fenced"
-                        } else {
-                            "failed"
-                        });
-                        return Err(e);
-                    }
-                };
+            let (response, io) = match wire::send(request, options, gate.clone()).await {
+                Ok(sent) => sent,
+                Err(e) => {
+                    count(if gate.check().is_err() {
+                        "fenced"
+                    } else {
+                        "failed"
+                    });
+                    return Err(e);
+                }
+            };
             let declared = response
                 .headers()
                 .get(http::header::CONTENT_LENGTH)
