@@ -226,6 +226,10 @@ pub struct Hit {
     pub slot: i64,
     /// The runner that held it.
     pub runner: String,
+    /// Whether another runner must take the run over: not when the hit runner kept every
+    /// other one out of the store until it woke (frozen holding a SQLite file's write lock), so
+    /// the takeover was a race that the woken runner, a backup of its own lost run, may win.
+    pub by_another: bool,
 }
 
 /// The figures of one scenario, for the report.
@@ -997,10 +1001,12 @@ fn forced_takeovers(input: &Input, v: &mut Vec<Violation>) {
                     (Some(_), None) => {
                         Some(format!("no attempt followed; the run ended {}", run.status))
                     }
-                    (Some(_), Some(next)) if next.runner == hit.runner => {
+                    (Some(_), Some(next)) if hit.by_another && next.runner == hit.runner => {
                         Some(format!("the next attempt was on {} again", hit.runner))
                     }
-                    _ if run.status != "success" || last == Some(hit.runner.as_str()) => {
+                    _ if run.status != "success"
+                        || (hit.by_another && last == Some(hit.runner.as_str())) =>
+                    {
                         Some(format!(
                             "the run ended {} on {}",
                             run.status,
@@ -1391,9 +1397,10 @@ pub(crate) mod tests {
         i.jobs[0].well_behaved = true;
         // Slot 12_000's attempt on `a` ran from 12_005 and died at 13_005: `a` was frozen
         // from 12_800, after the slot, so the slot is outside the fault's span but its run is
-        // not. A freeze of another runner, or of `a` after the attempt, excuses nothing.
+        // not. A freeze of a runner that ran none of its attempts, or of `a` after its
+        // attempt, excuses nothing.
         for (runner, from, excused) in [
-            ("b", 12_800, false),
+            ("c", 12_800, false),
             ("a", 13_100, false),
             ("a", 12_800, true),
         ] {
@@ -1584,6 +1591,7 @@ pub(crate) mod tests {
             job: "j".into(),
             slot,
             runner: runner.into(),
+            by_another: true,
         }
     }
 
@@ -1614,6 +1622,21 @@ pub(crate) mod tests {
         let mut i = input(clean());
         i.runs[1].attempts[1].runner = "a".into();
         i.hits.push(hit(12_000, "a"));
+        assert!(
+            broken(&i).contains(&rules::FORCED_TAKEOVER),
+            "{:?}",
+            broken(&i)
+        );
+        // Unless the hit runner had kept every other one out of the store until it woke: then
+        // it may win the takeover of its own run, but the run must still be taken over.
+        i.hits[0].by_another = false;
+        assert!(
+            !broken(&i).contains(&rules::FORCED_TAKEOVER),
+            "{:?}",
+            broken(&i)
+        );
+        i.runs[1].attempts.truncate(1);
+        i.runs[1].status = "interrupted".into();
         assert!(
             broken(&i).contains(&rules::FORCED_TAKEOVER),
             "{:?}",

@@ -788,6 +788,9 @@ impl Cluster {
         });
         if held {
             self.frozen_holding_the_file = true;
+            for h in self.hits.iter_mut().filter(|h| h.runner == runner) {
+                h.by_another = false;
+            }
             self.outages.push(Span {
                 runner: None,
                 from,
@@ -1162,7 +1165,17 @@ impl Cluster {
             job: started.job.clone().expect("a started line names its job"),
             slot: started.slot.expect("a started line names its slot"),
             runner: started.runner.clone(),
+            by_another: true,
         });
+    }
+
+    /// Whether another runner than the hit one must take over the run that `started`: see
+    /// [`Hit::by_another`].
+    pub fn by_another(&self, started: &Event) -> bool {
+        self.hits
+            .iter()
+            .filter(|h| Some(&h.job) == started.job.as_ref() && Some(h.slot) == started.slot)
+            .all(|h| h.by_another)
     }
 }
 

@@ -494,12 +494,17 @@ async fn recovered(c: &Cluster, at: i64) {
 }
 
 /// Waits until another runner takes over the run whose attempt `started` (a `started` line)
-/// a fault hit, and the run ends `success` there.
+/// a fault hit, and the run ends `success` there. Where the hit runner kept the others out of
+/// the store until it woke ([`Cluster::by_another`]), the takeover may be its own.
 async fn taken_over(c: &Cluster, started: &Event) {
     let (job, slot, hit) = (started.job.clone(), started.slot, started.runner.clone());
+    let by_another = c.by_another(started);
     let by = c
         .wait_event(WAIT, "the takeover of the hit attempt", |e| {
-            e.kind == "takeover" && e.job == job && e.slot == slot && e.runner != hit
+            e.kind == "takeover"
+                && e.job == job
+                && e.slot == slot
+                && (e.runner != hit || !by_another)
         })
         .await;
     c.wait_event(WAIT, "the taken-over run's success", |e| {
