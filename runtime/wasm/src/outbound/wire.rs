@@ -96,12 +96,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GatedStream<S> {
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
-/// What [`send`] answers: the response, and the connection's own work, which must be driven
-/// until the response body is read.
-pub(super) type Sent = (
-    http::Response<ResponseBody>,
-    Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>,
-);
+/// A connection's own work (writing the request, reading the answer), driven to its end.
+pub(super) type Driving = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
+
+/// What [`send`] answers: the response, and what is left of the connection's work, which must
+/// be driven until the response body is read.
+pub(super) type Sent = (http::Response<ResponseBody>, Driving);
 
 /// Sends `request` on a new HTTP/1.1 connection whose writes pass `gate`, within the
 /// `options`' timeouts (all set: the hooks clamp them to the job's limits).
@@ -171,18 +171,22 @@ where
         .map_err(|_| Error::HttpRequestUriInvalid)?;
     *request.uri_mut() = path;
 
-    let mut connection: Pin<Box<dyn Future<Output = Result<(), Error>> + Send>> =
-        Box::pin(async move { connection.await.map_err(Error::from) });
+    // The connection's own work (writing the request, reading the answer) is driven here
+    // until the response begins; what is left of it goes back with the response. Once it has
+    // ended it must not be polled again.
+    let mut connection: Option<Driving> =
+        Some(Box::pin(
+            async move { connection.await.map_err(Error::from) },
+        ));
     let response = tokio::time::timeout(first_byte_timeout, async {
         let mut respond = std::pin::pin!(sender.send_request(request));
-        let mut driving = true;
         std::future::poll_fn(|cx| {
             if let Poll::Ready(answer) = respond.as_mut().poll(cx) {
                 return Poll::Ready(answer.map_err(Error::from));
             }
-            if driving {
-                if let Poll::Ready(done) = connection.as_mut().poll(cx) {
-                    driving = false;
+            if let Some(driving) = connection.as_mut() {
+                if let Poll::Ready(done) = driving.as_mut().poll(cx) {
+                    connection = None;
                     done?;
                     return respond.as_mut().poll(cx).map_err(Error::from);
                 }
@@ -193,12 +197,13 @@ where
     })
     .await
     .map_err(|_| Error::ConnectionReadTimeout)??;
+    let rest = connection.unwrap_or_else(|| Box::pin(std::future::ready(Ok(()))));
     let response = response.map(|incoming| ResponseBody {
         incoming,
         between_bytes,
         quiet: Box::pin(tokio::time::sleep(between_bytes)),
     });
-    Ok((response, connection))
+    Ok((response, rest))
 }
 
 /// The name a TLS server's certificate is checked against: its IP address or its host name
@@ -292,6 +297,84 @@ mod tests {
             .expect_err("a closed gate");
         assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
         assert_eq!(received(stream, theirs).await, b"first");
+    }
+
+    /// A server on 127.0.0.1 that answers one request with `answer` and closes; it hands back
+    /// what it received.
+    async fn one_shot(answer: &'static [u8]) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let origin = format!("http://{}", listener.local_addr().expect("an address"));
+        let served = tokio::spawn(async move {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return Vec::new();
+            };
+            let mut seen = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_millis(500), socket.read(&mut seen))
+                .await
+                .map_or(0, |r| r.unwrap_or(0));
+            seen.truncate(n);
+            if n > 0 {
+                let _ = socket.write_all(answer).await;
+            }
+            seen
+        });
+        (origin, served)
+    }
+
+    /// A `GET` of `origin`, with a body of the hooks' error type.
+    fn get(origin: &str) -> http::Request<impl Body<Data = Bytes, Error = Error> + Send> {
+        use http_body_util::BodyExt;
+        http::Request::get(format!("{origin}/path?q=1"))
+            .body(
+                http_body_util::Empty::<Bytes>::new()
+                    .map_err(|never: std::convert::Infallible| -> Error { match never {} }),
+            )
+            .expect("a request")
+    }
+
+    fn options() -> RequestOptions {
+        RequestOptions {
+            connect_timeout: Some(Duration::from_secs(5)),
+            first_byte_timeout: Some(Duration::from_secs(5)),
+            between_bytes_timeout: Some(Duration::from_secs(5)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_connection_closes_with_the_answer_is_read_to_its_end() {
+        use http_body_util::BodyExt;
+        let (origin, served) =
+            one_shot(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok").await;
+        let (stream_gate, _, _) = gated();
+        let (response, rest) = send(get(&origin), options(), stream_gate.gate)
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 200);
+        let (_, body) = response.into_parts();
+        let driven = tokio::spawn(rest);
+        let bytes = body.collect().await.expect("the body").to_bytes();
+        assert_eq!(&bytes[..], b"ok");
+        driven
+            .await
+            .expect("the connection's task")
+            .expect("the connection ends cleanly");
+        let seen = String::from_utf8(served.await.expect("the server")).expect("text");
+        assert!(seen.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "{seen}");
+    }
+
+    #[tokio::test]
+    async fn a_request_of_a_lost_attempt_sends_nothing() {
+        let (origin, served) = one_shot(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+        let (stream_gate, _, signal) = gated();
+        signal.abort(AbortReason::Lost);
+        let sent = send(get(&origin), options(), stream_gate.gate).await;
+        assert!(sent.is_err(), "a lost attempt's request was answered");
+        assert!(
+            served.await.expect("the server").is_empty(),
+            "bytes reached the server"
+        );
     }
 
     #[tokio::test]
