@@ -104,7 +104,8 @@ pub(super) type Driving = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>
 pub(super) type Sent = (http::Response<ResponseBody>, Driving);
 
 /// Sends `request` on a new HTTP/1.1 connection whose writes pass `gate`, within the
-/// `options`' timeouts (all set: the hooks clamp them to the job's limits).
+/// `options`' timeouts (all set: the hooks clamp them to the job's limits; an unset one takes
+/// [`HttpLimits`](super::HttpLimits)' default).
 pub(super) async fn send<B>(
     mut request: http::Request<B>,
     options: RequestOptions,
@@ -123,13 +124,15 @@ where
         .trim_end_matches(']')
         .to_owned();
     let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-    let connect_timeout = options.connect_timeout.unwrap_or(Duration::from_secs(10));
+    // The hooks set every timeout; the job limits' defaults stand in for any left unset.
+    let defaults = super::HttpLimits::default();
+    let connect_timeout = options.connect_timeout.unwrap_or(defaults.connect_timeout);
     let first_byte_timeout = options
         .first_byte_timeout
-        .unwrap_or(Duration::from_secs(30));
+        .unwrap_or(defaults.first_byte_timeout);
     let between_bytes = options
         .between_bytes_timeout
-        .unwrap_or(Duration::from_secs(30))
+        .unwrap_or(defaults.between_bytes_timeout)
         .max(Duration::from_nanos(1));
 
     let tcp = tokio::time::timeout(connect_timeout, TcpStream::connect((host.as_str(), port)))
