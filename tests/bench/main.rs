@@ -311,6 +311,34 @@ fn check_capacity(r: &Value, measured_by: &str) {
     assert!((ratio - baton / lock).abs() < 1e-9, "{r:#}");
     assert_eq!(r["baton_requests_per_slot"], 4.0, "{r:#}");
     assert_eq!(r["lock_requests_per_slot"], 4.0, "{r:#}");
+    if measured_by != "INFO commandstats" {
+        assert!(
+            r["floor"].is_null(),
+            "a floor where no server times scripts: {r:#}"
+        );
+    }
+}
+
+/// Where the steps are scripts, the floor of a script on the server is measured beside them:
+/// a script making a won claim's four calls costs more than one making none, and a due slot at
+/// the floor is one won claim, two losing ones and a finish, against the same lock.
+fn check_floor(r: &Value) {
+    let empty = positive(r, "/floor/empty_script_us");
+    let losing = positive(r, "/floor/losing_claim_us");
+    let won = positive(r, "/floor/won_claim_us");
+    let finish = positive(r, "/floor/finish_us");
+    assert!(won > empty, "a won claim's calls cost nothing: {r:#}");
+    let per_slot = positive(r, "/floor/us_per_slot");
+    assert!(
+        (per_slot - (won + finish + 2.0 * losing)).abs() < 1e-9,
+        "{r:#}"
+    );
+    let lock = positive(r, "/lock_us_per_slot");
+    assert!(
+        (positive(r, "/floor/ratio") - per_slot / lock).abs() < 1e-9,
+        "{r:#}"
+    );
+    assert_eq!(r["floor"]["calls"], 500, "{r:#}");
 }
 
 /// On a Redis of the test's own, the server's `INFO commandstats` gives both sides' time.
@@ -319,6 +347,7 @@ fn capacity_on_redis_reads_the_servers_command_stats() {
     let server = baton_tests::servers::start_redis_like(std::path::Path::new("redis-server"), &[]);
     let r = capacity(&format!("redis://127.0.0.1:{}", server.port));
     check_capacity(&r, "INFO commandstats");
+    check_floor(&r);
 }
 
 /// On a PostgreSQL that loads `pg_stat_statements`, the extension gives both sides' time.

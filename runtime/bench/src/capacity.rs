@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::{claim_request, ratio, BenchError};
 use baton_core::lease::{millis, ClaimOutcome, Finish, LeaseOptions, Token, TokenOutcome};
-use baton_core::store::{self, Store};
+use baton_core::store::{self, StepFloor, Store};
 
 /// What the capacity run does.
 #[derive(Clone, Debug)]
@@ -91,6 +91,22 @@ pub struct Capacity {
     pub baton_requests_per_slot: f64,
     /// Requests the lock's clients sent per due slot.
     pub lock_requests_per_slot: f64,
+    /// What the steps would cost with no logic of their own, where they are scripts that the
+    /// server times (Redis and Valkey); absent elsewhere.
+    pub floor: Option<Floor>,
+}
+
+/// The floor of a script on the server, measured in the same run: what a due slot would cost
+/// if every step made only the calls it cannot do without ([`StepFloor`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct Floor {
+    /// Each bare step's time, µs a call.
+    #[serde(flatten)]
+    pub steps: StepFloor,
+    /// One won claim, the other hosts' losing claims and the finish, µs per due slot.
+    pub us_per_slot: f64,
+    /// `us_per_slot` over the lock's time per due slot.
+    pub ratio: f64,
 }
 
 /// Runs the capacity measurement on the store at `settings.store_url`.
@@ -106,11 +122,16 @@ pub async fn run(settings: &Settings) -> Result<Capacity, BenchError> {
         .map(|j| format!("{run_id}-j{j}"))
         .collect();
     let result = measure(&clients, &jobs, settings.slots.max(1), &run_id).await;
+    let steps = match result {
+        Ok(_) => clients[0].step_floor().await,
+        Err(_) => Ok(None),
+    };
     for job in &jobs {
         clients[0].forget_job(job).await?;
     }
     clients[0].clear_raw_primitive(&run_id).await?;
     let (baton, lock, measured_by) = result?;
+    let steps = steps?;
     let due = (jobs.len() * settings.slots.max(1)) as u64;
     let per_slot = |us: f64| ratio(us, due as f64);
     let store_us_per_slot = per_slot(baton.us);
@@ -130,6 +151,14 @@ pub async fn run(settings: &Settings) -> Result<Capacity, BenchError> {
         lock_slots_per_s_per_core: ratio(1e6, lock_us_per_slot),
         baton_requests_per_slot: per_slot(baton.requests as f64),
         lock_requests_per_slot: per_slot(lock.requests as f64),
+        floor: steps.map(|steps| {
+            let us_per_slot = steps.per_slot_us(hosts);
+            Floor {
+                steps,
+                us_per_slot,
+                ratio: ratio(us_per_slot, lock_us_per_slot),
+            }
+        }),
     })
 }
 
@@ -388,7 +417,7 @@ where
 
 /// The figures as Markdown.
 pub fn markdown(c: &Capacity) -> String {
-    format!(
+    let mut text = format!(
         "Store capacity on {store} ({backend}): {hosts} hosts claim every slot of {jobs} jobs, \
          {slots} slots each ({due} due slots a side); store time from {by}.\n\n\
          | per due slot | store time | requests | due slots/s a core |\n\
@@ -410,5 +439,22 @@ pub fn markdown(c: &Capacity) -> String {
         lr = c.lock_requests_per_slot,
         ls = c.lock_slots_per_s_per_core,
         ratio = c.ratio,
-    )
+    );
+    if let Some(f) = &c.floor {
+        text.push_str(&format!(
+            "\nThe floor of a script on this server ({calls} calls each, no logic in them): \
+             an empty script {e:.2} µs; a losing claim's one `GET` {lc:.2} µs; a won claim's \
+             `TIME`, `HMGET`, `HSET` and `SET … PX` {wc:.2} µs; a finish's `HMGET`, `TIME`, \
+             `HSET` and `DEL` {fi:.2} µs. A due slot at that floor: {per:.1} µs, \
+             **{ratio:.2}×** the lock.\n",
+            calls = f.steps.calls,
+            e = f.steps.empty_script_us,
+            lc = f.steps.losing_claim_us,
+            wc = f.steps.won_claim_us,
+            fi = f.steps.finish_us,
+            per = f.us_per_slot,
+            ratio = f.ratio,
+        ));
+    }
+    text
 }

@@ -334,6 +334,10 @@ impl Store for Tally {
         self.inner.server_time().await
     }
 
+    async fn step_floor(&self) -> Result<Option<baton_core::store::StepFloor>, StoreError> {
+        self.inner.step_floor().await
+    }
+
     async fn state_get(
         &self,
         job: &str,

@@ -29,7 +29,9 @@ enum BenchCommand {
     /// The store's own time per due slot: every host's claim and the winner's finish, against
     /// a lock (each host's SET NX PX or INSERT … ON CONFLICT, the winner's delete) on the same
     /// slots and hosts, read from the server's counts (INFO commandstats, pg_stat_statements)
-    /// or, where it keeps none, timed call by call.
+    /// or, where it keeps none, timed call by call. On Redis and Valkey it also measures the
+    /// floor of a script on the server: the same steps making only the calls they cannot do
+    /// without, and no logic.
     Capacity(CapacityArgs),
     /// One host of the scale run (started by `baton bench scale`).
     #[command(hide = true)]
@@ -75,10 +77,11 @@ struct FullArgs {
     failover_jobs: usize,
 }
 
-/// The options of `baton bench scale`.
+/// The store and the hosts of `baton bench scale` and `baton bench capacity`.
 #[derive(clap::Args)]
-struct ScaleArgs {
-    /// The store the hosts share. [default: redis://127.0.0.1:6379]
+struct SharedStore {
+    /// The store the hosts share. The run works in a namespace of its own and leaves it
+    /// empty. [default: redis://127.0.0.1:6379]
     #[arg(
         long,
         env = "BATON_STORE",
@@ -86,9 +89,16 @@ struct ScaleArgs {
         hide_default_value = true
     )]
     store: String,
-    /// Host processes.
+    /// Hosts claiming every slot: processes for scale, clients of the store for capacity.
     #[arg(long, default_value_t = 3)]
     hosts: usize,
+}
+
+/// The options of `baton bench scale`.
+#[derive(clap::Args)]
+struct ScaleArgs {
+    #[command(flatten)]
+    shared: SharedStore,
     /// Jobs per host, each due every second (the same jobs on every host).
     #[arg(long, default_value_t = 10_000)]
     jobs: usize,
@@ -109,18 +119,8 @@ struct ScaleArgs {
 /// The options of `baton bench capacity`.
 #[derive(clap::Args)]
 struct CapacityArgs {
-    /// The store to measure. The run works in a namespace of its own and leaves it empty.
-    /// [default: redis://127.0.0.1:6379]
-    #[arg(
-        long,
-        env = "BATON_STORE",
-        default_value = "redis://127.0.0.1:6379",
-        hide_default_value = true
-    )]
-    store: String,
-    /// Hosts claiming every slot, each with a client of its own.
-    #[arg(long, default_value_t = 3)]
-    hosts: usize,
+    #[command(flatten)]
+    shared: SharedStore,
     /// Jobs.
     #[arg(long, default_value_t = 200)]
     jobs: usize,
@@ -128,7 +128,7 @@ struct CapacityArgs {
     #[arg(long, default_value_t = 20)]
     slots: usize,
     /// Print the figures as one JSON object (fields store_us_per_slot, lock_us_per_slot,
-    /// ratio, …) instead of Markdown.
+    /// ratio, …, and floor on Redis and Valkey) instead of Markdown.
     #[arg(long)]
     json: bool,
 }
@@ -197,8 +197,8 @@ async fn full(a: FullArgs) -> anyhow::Result<()> {
 async fn scale_run(a: ScaleArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the baton executable for the hosts")?;
     let settings = scale::Settings {
-        store_url: a.store.clone(),
-        hosts: a.hosts,
+        store_url: a.shared.store.clone(),
+        hosts: a.shared.hosts,
         jobs: a.jobs,
         seconds: a.seconds,
         warm_up: a.warm_up,
@@ -209,7 +209,7 @@ async fn scale_run(a: ScaleArgs) -> anyhow::Result<()> {
     for n in 1..=repeat {
         let report = scale::run(&settings)
             .await
-            .with_context(|| format!("scale run on store {}", store::redact(&a.store)))?;
+            .with_context(|| format!("scale run on store {}", store::redact(&a.shared.store)))?;
         if a.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
@@ -232,14 +232,14 @@ async fn scale_run(a: ScaleArgs) -> anyhow::Result<()> {
 
 async fn capacity_run(a: CapacityArgs) -> anyhow::Result<()> {
     let settings = capacity::Settings {
-        store_url: a.store.clone(),
-        hosts: a.hosts,
+        store_url: a.shared.store.clone(),
+        hosts: a.shared.hosts,
         jobs: a.jobs,
         slots: a.slots,
     };
     let figures = capacity::run(&settings)
         .await
-        .with_context(|| format!("capacity run on store {}", store::redact(&a.store)))?;
+        .with_context(|| format!("capacity run on store {}", store::redact(&a.shared.store)))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     } else {

@@ -35,6 +35,32 @@ pub struct ServerTime {
     pub source: &'static str,
 }
 
+/// The floor of a script-based step on the server (see [`Store::step_floor`]): the server's own
+/// time of each of Baton's atomic steps when it makes only the calls it cannot do without and
+/// runs no logic of its own, µs a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StepFloor {
+    /// A script that only returns.
+    pub empty_script_us: f64,
+    /// A losing claim: one read of the slot's lease key, found.
+    pub losing_claim_us: f64,
+    /// A won claim: the clock, one read and one write of the job's live hash, and the lease
+    /// key written with its expiry.
+    pub won_claim_us: f64,
+    /// A finish: one read and one write of the live hash, the clock, and the lease key deleted.
+    pub finish_us: f64,
+    /// How many times each step was called.
+    pub calls: u32,
+}
+
+impl StepFloor {
+    /// The floor of one due slot claimed by `hosts` hosts: one won claim, `hosts - 1` losing
+    /// ones, and the finish, µs.
+    pub fn per_slot_us(&self, hosts: usize) -> f64 {
+        self.won_claim_us + self.finish_us + self.losing_claim_us * hosts.saturating_sub(1) as f64
+    }
+}
+
 /// The boxed cause of a store error.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -254,6 +280,13 @@ pub trait Store: Send + Sync + 'static {
     /// cluster's primaries), PostgreSQL `pg_stat_statements` when that extension is loaded.
     /// `None` where nothing keeps them (SQLite, a PostgreSQL without the extension).
     async fn server_time(&self) -> Result<Option<ServerTime>, StoreError> {
+        Ok(None)
+    }
+
+    /// Measures the floor of the backend's atomic steps on this server, where they are scripts
+    /// that the server times (Redis and Valkey: [`StepFloor`]), on scratch keys of this
+    /// namespace that it deletes afterwards. For `baton bench capacity`; `None` elsewhere.
+    async fn step_floor(&self) -> Result<Option<StepFloor>, StoreError> {
         Ok(None)
     }
 

@@ -55,6 +55,12 @@ impl JobKeys {
         format!("{}{slot}", self.lease_prefix())
     }
 
+    /// The lease keys of `slots`, as the live hash names them (see [`running_slots`]).
+    pub(super) fn leases(&self, slots: &[String]) -> Vec<String> {
+        let prefix = self.lease_prefix();
+        slots.iter().map(|slot| format!("{prefix}{slot}")).collect()
+    }
+
     /// The job's state and its writers (see `state.rs`).
     pub(super) fn state(&self) -> [String; 2] {
         [
@@ -262,6 +268,15 @@ mod tests {
         assert_eq!(
             running_slots(Some(" 10:20 30:40")),
             vec!["10".to_owned(), "30".to_owned()]
+        );
+    }
+
+    #[test]
+    fn the_lease_keys_of_the_running_slots_are_the_keys_claims_write() {
+        let keys = JobKeys::new("ns", "job");
+        assert_eq!(
+            keys.leases(&running_slots(Some(" 10:20 -30:40"))),
+            vec![keys.lease(10), keys.lease(-30)]
         );
     }
 }

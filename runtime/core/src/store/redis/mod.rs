@@ -48,7 +48,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, RedisError, RedisFuture, Script};
 use serde::Deserialize;
 
-use super::{Cause, ServerTime, Store, StoreError};
+use super::{Cause, ServerTime, StepFloor, Store, StoreError};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, RunState, Status, Token,
     TokenOutcome,
@@ -121,6 +121,7 @@ pub fn take_replicas(url: &str) -> Result<(String, Replicas), StoreError> {
     Ok((rest, replicas))
 }
 
+mod floor;
 mod layout;
 mod state;
 
@@ -1156,11 +1157,7 @@ impl Store for RedisStore {
             .map_err(|e| self.error(e))?;
         let mut keys = vec![job_keys.live(), job_keys.slots()];
         keys.extend(job_keys.state());
-        keys.extend(
-            layout::running_slots(running.as_deref())
-                .iter()
-                .map(|slot| format!("{}{slot}", job_keys.lease_prefix())),
-        );
+        keys.extend(job_keys.leases(&layout::running_slots(running.as_deref())));
         let jobs_key = self.jobs_key();
         // Two keys slots apart on a cluster: two commands, the job's keys first.
         let () = c.del(keys).await.map_err(|e| self.error(e))?;
@@ -1231,6 +1228,10 @@ impl Store for RedisStore {
             }
         }
         Ok(Some(time))
+    }
+
+    async fn step_floor(&self) -> Result<Option<StepFloor>, StoreError> {
+        Ok(Some(self.measure_floor().await?))
     }
 
     async fn clear_raw_primitive(&self, prefix: &str) -> Result<(), StoreError> {
