@@ -492,6 +492,141 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
     );
 }
 
+/// With a replica attached, a heartbeat waits for it too: a renewal the frozen replica does not
+/// hold is not acknowledged, so the runner keeps the lease end it had (the promoted replica
+/// would end the lease there, and a backup take the run over) and the host stops the attempt
+/// at that end instead of running on past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_lease_end() {
+    use baton_core::instance::{handler_fn, Instance, InstanceConfig, Job};
+    use baton_tests::servers::{signal, start_redis_with_replica};
+    use std::sync::Mutex;
+
+    let pair = tokio::task::spawn_blocking(start_redis_with_replica)
+        .await
+        .expect("start a primary and its replica");
+    let url = format!("redis://127.0.0.1:{}", pair.primary.port);
+    let namespace = unique("t");
+    let store = store::open(&url, &namespace).await.expect("open");
+    let unguarded = store::open(&format!("{url}?replicas=0"), &namespace)
+        .await
+        .expect("open with replicas=0");
+    let lease = Duration::from_secs(5);
+    let options = LeaseOptions::with_lease(lease);
+    let job = unique("job");
+    let slot = store_now(&*store).await;
+    let won = store
+        .claim(&scheduled(&job, slot, &options))
+        .await
+        .expect("claim");
+    let ClaimOutcome::Won(held) = won else {
+        panic!("with the replica live the claim wins, got {won:?}");
+    };
+    let renewed = store
+        .heartbeat(&job, slot, held.token, lease)
+        .await
+        .expect("the replica acknowledges the renewal");
+    assert!(
+        matches!(renewed, HeartbeatOutcome::Renewed { .. }),
+        "{renewed:?}"
+    );
+
+    signal(&pair.replica, libc::SIGSTOP);
+    match store.heartbeat(&job, slot, held.token, lease).await {
+        Err(StoreError::NotAcknowledged {
+            operation,
+            acknowledged,
+            required,
+            ..
+        }) => assert_eq!((operation, acknowledged, required), ("heartbeat", 0, 1)),
+        other => panic!("a renewal the frozen replica did not acknowledge, got {other:?}"),
+    }
+    // The URL's replicas=0 turns the wait off: the same renewal answers at once.
+    let off = unguarded
+        .heartbeat(&job, slot, held.token, lease)
+        .await
+        .expect("heartbeat");
+    assert!(matches!(off, HeartbeatOutcome::Renewed { .. }), "{off:?}");
+    signal(&pair.replica, libc::SIGCONT);
+
+    // A runner whose renewals stop being acknowledged runs to the lease end it knows, no
+    // further: the handler sees its deadline stand still, then its signal aborted. (Without the
+    // wait, a renewal sent after the freeze is answered within the 1 s `WAIT` and moves the
+    // deadline past the freeze by the whole lease.)
+    let lease = Duration::from_secs(4);
+    let deadlines: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (stopped_tx, mut stopped) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let seen = deadlines.clone();
+    let handler = handler_fn(move |ctx| {
+        let (seen, started_tx, stopped_tx) = (seen.clone(), started_tx.clone(), stopped_tx.clone());
+        async move {
+            let _ = started_tx.send(ctx.slot);
+            while !ctx.signal.is_aborted() {
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(ctx.deadline.get());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = stopped_tx.send(());
+            Err("stopped".to_owned())
+        }
+    });
+    let instance_job = unique("long-job");
+    let instance = Instance::start(
+        InstanceConfig {
+            store_url: url.clone(),
+            namespace: namespace.clone(),
+            runner: "renewing".into(),
+        },
+        vec![Job {
+            name: instance_job,
+            schedule: baton_core::schedule::Schedule::parse("* * * * * *", "UTC")
+                .expect("schedule"),
+            options: LeaseOptions::with_lease(lease),
+            handler,
+        }],
+    )
+    .await
+    .expect("instance starts");
+    tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the job starts within 10 s")
+        .expect("a start");
+    // Renewals acknowledged for a while: the deadline moves on past the first lease.
+    let first = Instant::now();
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
+    let moved = *deadlines
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .last()
+        .expect("deadlines seen");
+    assert!(
+        moved > first + lease,
+        "acknowledged renewals move the deadline on"
+    );
+
+    signal(&pair.replica, libc::SIGSTOP);
+    let frozen_at = Instant::now();
+    let stop = tokio::time::timeout(lease + Duration::from_secs(3), stopped.recv()).await;
+    let latest = deadlines
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .copied()
+        .max()
+        .expect("deadlines seen");
+    signal(&pair.replica, libc::SIGCONT);
+    instance.stop(Duration::from_secs(5)).await;
+    assert!(
+        latest <= frozen_at + lease,
+        "the deadline moved {:?} past the last renewal the replica could hold",
+        latest - (frozen_at + lease)
+    );
+    stop.expect("the attempt stops once the lease it knows ends")
+        .expect("a stop");
+}
+
 /// The port of the tests' Redis.
 fn redis_port() -> u16 {
     redis_address()

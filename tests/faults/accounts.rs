@@ -187,9 +187,10 @@ fn answer_may_be_lost(input: &Input, runner: &str, at: i64) -> bool {
 
 /// Whether an attempt whose lease the history ends at `end` may have held it longer when a
 /// claim was answered at `at`: a store outage (a failover) began while the lease was alive and
-/// the answer came during it or just after. Heartbeats are not waited for on replicas (see the
-/// Redis store's module documentation), so a renewal the lost primary answered is not in the
-/// history that the promoted replica keeps, while a claim may have been answered from it.
+/// the answer came during it or just after. A primary answers a claim from a renewal it holds
+/// before its replica does (see the Redis store's module documentation), so a renewal the lost
+/// primary applied may be missing from the history that the promoted replica keeps, while a
+/// claim was answered from it.
 fn renewal_may_be_lost(input: &Input, end: i64, at: i64) -> bool {
     input
         .outages

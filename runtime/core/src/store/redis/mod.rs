@@ -22,20 +22,24 @@
 //! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes. Any of
 //! them may end in `?timeout=DURATION`: how long each operation waits for the server's answer
 //! ([`RESPONSE_TIMEOUT`], 5 s, unless given), and `?replicas=auto|N`: how many replicas must
-//! acknowledge a claim, a finish or a release ([`Replicas`], `auto` unless given).
+//! acknowledge a claim, a heartbeat, a finish or a release ([`Replicas`], `auto` unless given).
 //!
 //! Durable answers. Redis and Valkey replicate asynchronously: a primary that dies takes with
 //! it whatever it answered but had not yet sent to its replica, and the promoted replica goes on
-//! without it. So, with replicas, every claim, finish and release is followed by
+//! without it. So, with replicas, every claim, heartbeat, finish and release is followed by
 //! `WAIT numreplicas timeout` in the same pipeline, on the same connection (on a cluster the
 //! pipeline goes to the node of the job's hash tag, which ran the script): one request, one
 //! round trip, answered once the replicas hold the write or the wait ([`ACK_TIMEOUT`]) is over.
-//! A won claim, a finish or a release that too few replicas acknowledged is
-//! [`StoreError::NotAcknowledged`]. `WAIT` narrows the window in which a failover loses an
-//! answer; it does not make Redis consistent: a replica that acknowledged can still lose the
-//! write if it dies too, and a failover that promotes a replica that did not acknowledge (one
-//! that was not counted) still loses it. Heartbeats are not waited for: a lost renewal leaves
-//! the lease end of the one before, which the next renewal on the new primary moves on.
+//! A won claim, a renewal, a finish or a release that too few replicas acknowledged is
+//! [`StoreError::NotAcknowledged`]: the job does not start on such a claim, and the runner keeps
+//! the lease end it had before such a renewal, so that it never believes its lease runs longer
+//! than the replica holds it (a backup may take the run over once that end has passed on the
+//! promoted replica). `WAIT` narrows the window in which a failover loses an answer; it does not
+//! make Redis consistent: a replica that acknowledged can still lose the write if it dies too,
+//! and a failover that promotes a replica that did not acknowledge (one that was not counted)
+//! still loses it. A primary also answers reads from what it holds before the replicas do: a
+//! claim it answered `Running` or `Overlap` from a renewal that the promoted replica never
+//! received may be answered otherwise after the failover.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -75,7 +79,7 @@ pub const REPLICAS_PARAMETER: &str = "replicas";
 /// The most replicas `?replicas=N` may name: 16.
 pub const MAX_REPLICAS: u32 = 16;
 
-/// How long a claim, a finish or a release waits for its replicas' acknowledgement (`WAIT`'s
+/// How long a claim, a heartbeat, a finish or a release waits for its replicas' acknowledgement (`WAIT`'s
 /// timeout): 1 s, or half the response timeout when that is shorter, so that the answer always
 /// comes before the client gives up on it.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -83,7 +87,8 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often `?replicas=auto` reads again how many replicas the primary has: every 5 s.
 pub const REPLICAS_REFRESH: Duration = Duration::from_secs(5);
 
-/// How many replicas must acknowledge a claim, a finish or a release (`WAIT numreplicas`).
+/// How many replicas must acknowledge a claim, a heartbeat, a finish or a release (`WAIT
+/// numreplicas`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Replicas {
     /// As many as the primary reports connected (`connected_slaves` of `INFO replication`; on a
@@ -443,7 +448,7 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// How many replicas a claim, a finish or a release waits for now.
+    /// How many replicas a claim, a heartbeat, a finish or a release waits for now.
     pub fn replicas_required(&self) -> u32 {
         self.durability.required.load(Ordering::Relaxed)
     }
@@ -1058,10 +1063,17 @@ impl Store for RedisStore {
             token.to_string(),
             millis(lease).to_string(),
         ];
-        let answer = self
-            .script(self.counted_leases(), &self.scripts.heartbeat, &keys, &args)
+        let (answer, acknowledged) = self
+            .durable_script(self.counted_leases(), &self.scripts.heartbeat, &keys, &args)
             .await?;
-        layout::heartbeat_outcome(&answer).map_err(|e| self.malformed(job, e))
+        let outcome = layout::heartbeat_outcome(&answer).map_err(|e| self.malformed(job, e))?;
+        if let HeartbeatOutcome::Renewed { .. } = outcome {
+            // A renewal the replicas do not hold could be lost with the primary: the promoted
+            // replica would end the lease earlier than the runner believes, and a backup take
+            // it over while the runner goes on. The runner keeps the lease end it had.
+            self.check_acknowledged("heartbeat", acknowledged)?;
+        }
+        Ok(outcome)
     }
 
     async fn finish(
