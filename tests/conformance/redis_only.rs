@@ -385,15 +385,18 @@ async fn fences_of_a_job_strictly_increase_across_a_restart_of_a_redis_without_p
     );
 }
 
-/// With a replica attached, a claim waits for it (`WAIT`, `?replicas=auto`): a frozen replica
-/// never acknowledges, so the claim is not acknowledged and an instance does not start the job
-/// (it says so with a `skip` event); with the replica live, claims win as usual.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_starts() {
-    use baton_core::instance::{handler_fn, EventKind, Instance, InstanceConfig, Job};
-    use baton_tests::servers::{signal, start_redis_with_replica};
+/// A primary with its replica, and a store on it in a namespace of its own: waiting for the
+/// replica (`?replicas=auto`, the default) and not (`?replicas=0`).
+struct Replicated {
+    pair: baton_tests::servers::ReplicatedRedis,
+    url: String,
+    namespace: String,
+    store: Arc<dyn store::Store>,
+    unguarded: Arc<dyn store::Store>,
+}
 
-    let pair = tokio::task::spawn_blocking(start_redis_with_replica)
+async fn replicated() -> Replicated {
+    let pair = tokio::task::spawn_blocking(baton_tests::servers::start_redis_with_replica)
         .await
         .expect("start a primary and its replica");
     let url = format!("redis://127.0.0.1:{}", pair.primary.port);
@@ -402,6 +405,30 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
     let unguarded = store::open(&format!("{url}?replicas=0"), &namespace)
         .await
         .expect("open with replicas=0");
+    Replicated {
+        pair,
+        url,
+        namespace,
+        store,
+        unguarded,
+    }
+}
+
+/// With a replica attached, a claim waits for it (`WAIT`, `?replicas=auto`): a frozen replica
+/// never acknowledges, so the claim is not acknowledged and an instance does not start the job
+/// (it says so with a `skip` event); with the replica live, claims win as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_starts() {
+    use baton_core::instance::{handler_fn, EventKind, Instance, InstanceConfig, Job};
+    use baton_tests::servers::signal;
+
+    let Replicated {
+        pair,
+        url,
+        namespace,
+        store,
+        unguarded,
+    } = replicated().await;
     let options = LeaseOptions {
         overlap: baton_core::lease::Overlap::Allow,
         ..LeaseOptions::with_lease(Duration::from_secs(5))
@@ -499,30 +526,24 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_lease_end() {
     use baton_core::instance::{handler_fn, Instance, InstanceConfig, Job};
-    use baton_tests::servers::{signal, start_redis_with_replica};
+    use baton_tests::servers::signal;
     use std::sync::Mutex;
 
-    let pair = tokio::task::spawn_blocking(start_redis_with_replica)
-        .await
-        .expect("start a primary and its replica");
-    let url = format!("redis://127.0.0.1:{}", pair.primary.port);
-    let namespace = unique("t");
-    let store = store::open(&url, &namespace).await.expect("open");
-    let unguarded = store::open(&format!("{url}?replicas=0"), &namespace)
-        .await
-        .expect("open with replicas=0");
+    let r = replicated().await;
     let lease = Duration::from_secs(5);
     let options = LeaseOptions::with_lease(lease);
     let job = unique("job");
-    let slot = store_now(&*store).await;
-    let won = store
+    let slot = store_now(&*r.store).await;
+    let won = r
+        .store
         .claim(&scheduled(&job, slot, &options))
         .await
         .expect("claim");
     let ClaimOutcome::Won(held) = won else {
         panic!("with the replica live the claim wins, got {won:?}");
     };
-    let renewed = store
+    let renewed = r
+        .store
         .heartbeat(&job, slot, held.token, lease)
         .await
         .expect("the replica acknowledges the renewal");
@@ -531,8 +552,8 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
         "{renewed:?}"
     );
 
-    signal(&pair.replica, libc::SIGSTOP);
-    match store.heartbeat(&job, slot, held.token, lease).await {
+    signal(&r.pair.replica, libc::SIGSTOP);
+    match r.store.heartbeat(&job, slot, held.token, lease).await {
         Err(StoreError::NotAcknowledged {
             operation,
             acknowledged,
@@ -542,12 +563,13 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
         other => panic!("a renewal the frozen replica did not acknowledge, got {other:?}"),
     }
     // The URL's replicas=0 turns the wait off: the same renewal answers at once.
-    let off = unguarded
+    let off = r
+        .unguarded
         .heartbeat(&job, slot, held.token, lease)
         .await
         .expect("heartbeat");
     assert!(matches!(off, HeartbeatOutcome::Renewed { .. }), "{off:?}");
-    signal(&pair.replica, libc::SIGCONT);
+    signal(&r.pair.replica, libc::SIGCONT);
 
     // A runner whose renewals stop being acknowledged runs to the lease end it knows, no
     // further: the handler sees its deadline stand still, then its signal aborted. (Without the
@@ -575,8 +597,8 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
     let instance_job = unique("long-job");
     let instance = Instance::start(
         InstanceConfig {
-            store_url: url.clone(),
-            namespace: namespace.clone(),
+            store_url: r.url.clone(),
+            namespace: r.namespace.clone(),
             runner: "renewing".into(),
         },
         vec![Job {
@@ -606,7 +628,7 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
         "acknowledged renewals move the deadline on"
     );
 
-    signal(&pair.replica, libc::SIGSTOP);
+    signal(&r.pair.replica, libc::SIGSTOP);
     let frozen_at = Instant::now();
     let stop = tokio::time::timeout(lease + Duration::from_secs(3), stopped.recv()).await;
     let latest = deadlines
@@ -616,7 +638,7 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
         .copied()
         .max()
         .expect("deadlines seen");
-    signal(&pair.replica, libc::SIGCONT);
+    signal(&r.pair.replica, libc::SIGCONT);
     instance.stop(Duration::from_secs(5)).await;
     assert!(
         latest <= frozen_at + lease,
