@@ -414,6 +414,19 @@ async fn replicated() -> Replicated {
     }
 }
 
+/// Asserts that `answer` is a write that the one replica required did not acknowledge.
+fn assert_not_acknowledged<T: std::fmt::Debug>(answer: Result<T, StoreError>, what: &str) {
+    match answer {
+        Err(StoreError::NotAcknowledged {
+            operation,
+            acknowledged,
+            required,
+            ..
+        }) => assert_eq!((operation, acknowledged, required), (what, 0, 1)),
+        other => panic!("a {what} the frozen replica did not acknowledge, got {other:?}"),
+    }
+}
+
 /// With a replica attached, a claim waits for it (`WAIT`, `?replicas=auto`): a frozen replica
 /// never acknowledges, so the claim is not acknowledged and an instance does not start the job
 /// (it says so with a `skip` event); with the replica live, claims win as usual.
@@ -448,15 +461,7 @@ async fn claim_that_a_frozen_replica_does_not_acknowledge_is_refused_and_no_job_
 
     signal(&pair.replica, libc::SIGSTOP);
     let frozen = store.claim(&request(slot + 1)).await;
-    match frozen {
-        Err(StoreError::NotAcknowledged {
-            operation,
-            acknowledged,
-            required,
-            ..
-        }) => assert_eq!((operation, acknowledged, required), ("claim", 0, 1)),
-        other => panic!("a claim the frozen replica did not acknowledge, got {other:?}"),
-    }
+    assert_not_acknowledged(frozen, "claim");
     // The URL's replicas=0 turns the wait off: the same store answers at once.
     let off = unguarded.claim(&request(slot + 2)).await.expect("claim");
     assert!(matches!(off, ClaimOutcome::Won(_)), "{off:?}");
@@ -534,17 +539,10 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
     let options = LeaseOptions::with_lease(lease);
     let job = unique("job");
     let slot = store_now(&*r.store).await;
-    let won = r
-        .store
-        .claim(&scheduled(&job, slot, &options))
-        .await
-        .expect("claim");
-    let ClaimOutcome::Won(held) = won else {
-        panic!("with the replica live the claim wins, got {won:?}");
-    };
+    let token = won(&*r.store, &job, slot, &options).await;
     let renewed = r
         .store
-        .heartbeat(&job, slot, held.token, lease)
+        .heartbeat(&job, slot, token, lease)
         .await
         .expect("the replica acknowledges the renewal");
     assert!(
@@ -553,19 +551,14 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
     );
 
     signal(&r.pair.replica, libc::SIGSTOP);
-    match r.store.heartbeat(&job, slot, held.token, lease).await {
-        Err(StoreError::NotAcknowledged {
-            operation,
-            acknowledged,
-            required,
-            ..
-        }) => assert_eq!((operation, acknowledged, required), ("heartbeat", 0, 1)),
-        other => panic!("a renewal the frozen replica did not acknowledge, got {other:?}"),
-    }
+    assert_not_acknowledged(
+        r.store.heartbeat(&job, slot, token, lease).await,
+        "heartbeat",
+    );
     // The URL's replicas=0 turns the wait off: the same renewal answers at once.
     let off = r
         .unguarded
-        .heartbeat(&job, slot, held.token, lease)
+        .heartbeat(&job, slot, token, lease)
         .await
         .expect("heartbeat");
     assert!(matches!(off, HeartbeatOutcome::Renewed { .. }), "{off:?}");
@@ -647,6 +640,57 @@ async fn renewal_that_a_frozen_replica_does_not_acknowledge_leaves_the_runners_l
     );
     stop.expect("the attempt stops once the lease it knows ends")
         .expect("a stop");
+}
+
+/// With a replica attached, a state write waits for it too: one the frozen replica does not
+/// hold is answered as not acknowledged (the guest hears `store(…)`: it is on the primary, and
+/// a failover could lose it), while a refused write answers its refusal as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn state_write_that_a_frozen_replica_does_not_acknowledge_is_not_reported_written() {
+    use baton_core::state::{StateLimits, StateOutcome, StateRefusal, StateWrite, Written};
+    use baton_tests::servers::signal;
+
+    let r = replicated().await;
+    let job = unique("job");
+    let options = LeaseOptions::with_lease(Duration::from_secs(30));
+    let slot = store_now(&*r.store).await;
+    let token = won(&*r.store, &job, slot, &options).await;
+    let limits = StateLimits {
+        max_keys: 1,
+        ..StateLimits::default()
+    };
+    let write = |key: &'static str| StateWrite::Set {
+        key,
+        value: b"1".as_slice(),
+    };
+    let live = r
+        .store
+        .state_write(&job, slot, token, &write("a"), &limits)
+        .await
+        .expect("the replica acknowledges the write");
+    assert_eq!(live, StateOutcome::Written(Written::Set));
+
+    signal(&r.pair.replica, libc::SIGSTOP);
+    let frozen = r
+        .store
+        .state_write(&job, slot, token, &write("a"), &limits)
+        .await;
+    let refused = r
+        .store
+        .state_write(&job, slot, token, &write("b"), &limits)
+        .await;
+    let off = r
+        .unguarded
+        .state_write(&job, slot, token, &write("a"), &limits)
+        .await;
+    signal(&r.pair.replica, libc::SIGCONT);
+    assert_not_acknowledged(frozen, "state write");
+    assert_eq!(
+        refused.expect("a refusal is answered"),
+        StateOutcome::Refused(StateRefusal::TooManyKeys { limit: 1 })
+    );
+    // The URL's replicas=0 turns the wait off: the same write answers at once.
+    assert_eq!(off.expect("written"), StateOutcome::Written(Written::Set));
 }
 
 /// The port of the tests' Redis.

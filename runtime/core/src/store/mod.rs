@@ -162,7 +162,7 @@ pub enum StoreError {
     NotAcknowledged {
         /// Host and port.
         store: String,
-        /// What was written: `claim`, `heartbeat`, `finish` or `release`.
+        /// What was written: `claim`, `heartbeat`, `finish`, `release` or `state write`.
         operation: &'static str,
         /// How many replicas acknowledged it.
         acknowledged: u32,

@@ -22,24 +22,26 @@
 //! `rediss+cluster`, `valkey+cluster`, `valkeys+cluster`), naming one or more seed nodes. Any of
 //! them may end in `?timeout=DURATION`: how long each operation waits for the server's answer
 //! ([`RESPONSE_TIMEOUT`], 5 s, unless given), and `?replicas=auto|N`: how many replicas must
-//! acknowledge a claim, a heartbeat, a finish or a release ([`Replicas`], `auto` unless given).
+//! acknowledge a claim, a heartbeat, a finish, a release or a state write ([`Replicas`], `auto`
+//! unless given).
 //!
-//! Durable answers. Redis and Valkey replicate asynchronously: a primary that dies takes with
-//! it whatever it answered but had not yet sent to its replica, and the promoted replica goes on
-//! without it. So, with replicas, every claim, heartbeat, finish and release is followed by
-//! `WAIT numreplicas timeout` in the same pipeline, on the same connection (on a cluster the
-//! pipeline goes to the node of the job's hash tag, which ran the script): one request, one
-//! round trip, answered once the replicas hold the write or the wait ([`ACK_TIMEOUT`]) is over.
-//! A won claim, a renewal, a finish or a release that too few replicas acknowledged is
-//! [`StoreError::NotAcknowledged`]: the job does not start on such a claim, and the runner keeps
-//! the lease end it had before such a renewal, so that it never believes its lease runs longer
-//! than the replica holds it (a backup may take the run over once that end has passed on the
-//! promoted replica). `WAIT` narrows the window in which a failover loses an answer; it does not
-//! make Redis consistent: a replica that acknowledged can still lose the write if it dies too,
-//! and a failover that promotes a replica that did not acknowledge (one that was not counted)
-//! still loses it. A primary also answers reads from what it holds before the replicas do: a
-//! claim it answered `Running` or `Overlap` from a renewal that the promoted replica never
-//! received may be answered otherwise after the failover.
+//! Durable answers. Redis and Valkey replicate asynchronously: a primary that dies takes with it
+//! whatever it answered but had not yet sent to its replica, and the promoted replica goes on
+//! without it. So, with replicas, every claim, heartbeat, finish, release and state write is
+//! followed by `WAIT numreplicas timeout` in the same pipeline, on the same connection (on a
+//! cluster the pipeline goes to the node of the job's hash tag, which ran the script): one request,
+//! one round trip, answered once the replicas hold the write or the wait ([`ACK_TIMEOUT`]) is over.
+//! A won claim, a renewal, a finish, a release or a state write that too few replicas acknowledged
+//! is [`StoreError::NotAcknowledged`]: the job does not start on such a claim, and the runner keeps
+//! the lease end it had before such a renewal, so that it never believes its lease runs longer than
+//! the replica holds it (a backup may take the run over once that end has passed on the promoted
+//! replica). `WAIT` narrows the window in which a failover loses an answer; it does not make Redis
+//! consistent: a replica that acknowledged can still lose the write if it dies too, and a failover
+//! that promotes a replica that did not acknowledge (one that was not counted) still loses it. A
+//! primary also answers reads from what it holds before the replicas do: a claim it answered
+//! `Running` or `Overlap` from a renewal that the promoted replica never received may be answered
+//! otherwise after the failover. A state write that was not acknowledged is on the primary: the
+//! guest is told so, and a failover now could lose it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -79,16 +81,16 @@ pub const REPLICAS_PARAMETER: &str = "replicas";
 /// The most replicas `?replicas=N` may name: 16.
 pub const MAX_REPLICAS: u32 = 16;
 
-/// How long a claim, a heartbeat, a finish or a release waits for its replicas' acknowledgement (`WAIT`'s
-/// timeout): 1 s, or half the response timeout when that is shorter, so that the answer always
+/// How long a write (a claim, a heartbeat, a finish, a release, a state write) waits for its
+/// replicas' acknowledgement (`WAIT`'s timeout): 1 s, or half the response timeout when that is shorter, so that the answer always
 /// comes before the client gives up on it.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often `?replicas=auto` reads again how many replicas the primary has: every 5 s.
 pub const REPLICAS_REFRESH: Duration = Duration::from_secs(5);
 
-/// How many replicas must acknowledge a claim, a heartbeat, a finish or a release (`WAIT
-/// numreplicas`).
+/// How many replicas must acknowledge a claim, a heartbeat, a finish, a release or a state
+/// write (`WAIT numreplicas`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Replicas {
     /// As many as the primary reports connected (`connected_slaves` of `INFO replication`; on a
@@ -157,7 +159,7 @@ struct Scripts {
     heartbeat: Lua,
     finish: Lua,
     /// The fenced write of the job's state (`state.lua`).
-    state: Script,
+    state: Lua,
     operate: Lua,
 }
 
@@ -167,7 +169,7 @@ impl Scripts {
             claim: Lua::new(include_str!("claim.lua")),
             heartbeat: Lua::new(include_str!("heartbeat.lua")),
             finish: Lua::new(include_str!("finish.lua")),
-            state: state::script(),
+            state: Lua::new(include_str!("state.lua")),
             operate: Lua::new(include_str!("operate.lua")),
         }
     }
@@ -448,7 +450,7 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// How many replicas a claim, a heartbeat, a finish or a release waits for now.
+    /// How many replicas a write waits for now.
     pub fn replicas_required(&self) -> u32 {
         self.durability.required.load(Ordering::Relaxed)
     }
@@ -499,7 +501,7 @@ impl RedisStore {
             &scripts.claim.script,
             &scripts.heartbeat.script,
             &scripts.finish.script,
-            &scripts.state,
+            &scripts.state.script,
             &scripts.operate.script,
         ] {
             if let Err(e) = script.load_async(&mut connection).await {
@@ -631,12 +633,12 @@ impl RedisStore {
     }
 
     /// Runs a script with these keys and arguments; returns its answer.
-    async fn script(
+    async fn script<A: redis::ToRedisArgs>(
         &self,
         mut on: Counted,
         lua: &Lua,
         keys: &[String],
-        args: &[String],
+        args: &[A],
     ) -> Result<String, StoreError> {
         let mut invocation = lua.script.prepare_invoke();
         for key in keys {
@@ -654,12 +656,12 @@ impl RedisStore {
     /// Runs a script that writes, followed by `WAIT` for the required replicas in the same
     /// pipeline (one round trip), when any are required; returns its answer parsed and how many
     /// replicas acknowledged (`None` when none were asked for).
-    async fn durable_script(
+    async fn durable_script<A: redis::ToRedisArgs>(
         &self,
         mut on: Counted,
         lua: &Lua,
         keys: &[String],
-        args: &[String],
+        args: &[A],
     ) -> Result<(String, Option<u32>), StoreError> {
         let required = self.replicas_required();
         if required == 0 {

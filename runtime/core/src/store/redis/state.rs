@@ -6,21 +6,16 @@
 //! - `{ns:job}:state-writers`: key to the JSON record of the attempt that wrote it (slot,
 //!   attempt, fence, the store's clock at the write, and the value's size).
 //!
-//! A write is one script (`state.lua`), one round trip.
+//! A write is one script (`state.lua`), one round trip; with replicas, followed by `WAIT` in the
+//! same pipeline, like a claim (see the store's module documentation).
 
-use redis::Script;
 use serde::Deserialize;
 
-use super::{RedisStore, StoreError, COMMON};
+use super::{RedisStore, StoreError};
 use crate::lease::Token;
 use crate::state::{
     StateEntry, StateKey, StateLimits, StateOutcome, StateRefusal, StateWrite, Writer, Written,
 };
-
-/// The state script, with the shared helpers in front.
-pub(super) fn script() -> Script {
-    Script::new(&format!("{COMMON}\n{}", include_str!("state.lua")))
-}
 
 /// What the state script answers.
 #[derive(Deserialize)]
@@ -117,30 +112,57 @@ impl RedisStore {
         if let Some(refusal) = write.refusal(limits) {
             return Ok(StateOutcome::Refused(refusal));
         }
-        let mut invocation = self.scripts.state.prepare_invoke();
-        for key in self.state_keys_of(job) {
-            invocation.key(key);
-        }
-        invocation
-            .arg(slot.to_string())
-            .arg(token.to_string())
-            .arg(write.operation())
-            .arg(write.key());
-        match *write {
-            StateWrite::Set { value, .. } => invocation.arg(value).arg("0").arg(""),
-            StateWrite::Delete { .. } => invocation.arg("").arg("0").arg(""),
-            StateWrite::Increment { by, .. } => invocation.arg(by.to_string()).arg("0").arg(""),
+        // ARGV: slot, token, operation, key, value (or the increment), whether to compare (1 or
+        // 0), the expected value, the most keys a job may have.
+        let by;
+        let (value, compare, expected): (&[u8], &str, &[u8]) = match *write {
+            StateWrite::Set { value, .. } => (value, "0", b""),
+            StateWrite::Delete { .. } => (b"", "0", b""),
+            StateWrite::Increment { by: n, .. } => {
+                by = n.to_string();
+                (by.as_bytes(), "0", b"")
+            }
             StateWrite::CompareAndSwap { expected, new, .. } => match expected {
-                Some(expected) => invocation.arg(new).arg("1").arg(expected),
-                None => invocation.arg(new).arg("0").arg(""),
+                Some(expected) => (new, "1", expected),
+                None => (new, "0", b""),
             },
         };
-        invocation.arg(limits.max_keys);
-        let answer: String = invocation
-            .invoke_async(&mut self.counted_leases())
-            .await
-            .map_err(|e| self.error(e))?;
+        let (slot, token, max_keys) = (
+            slot.to_string(),
+            token.to_string(),
+            limits.max_keys.to_string(),
+        );
+        let args: [&[u8]; 8] = [
+            slot.as_bytes(),
+            token.as_bytes(),
+            write.operation().as_bytes(),
+            write.key().as_bytes(),
+            value,
+            compare.as_bytes(),
+            expected,
+            max_keys.as_bytes(),
+        ];
+        let (answer, acknowledged) = self
+            .durable_script(
+                self.counted_leases(),
+                &self.scripts.state,
+                &self.state_keys_of(job),
+                &args,
+            )
+            .await?;
         let answer: StateAnswer = self.parse(job, &answer)?;
+        let wrote = matches!(
+            answer,
+            StateAnswer::Set
+                | StateAnswer::Deleted { .. }
+                | StateAnswer::Incremented { .. }
+                | StateAnswer::Swapped { .. }
+        );
+        if wrote {
+            // A write the replicas do not hold could be lost with the primary after the guest
+            // was told it was written.
+            self.check_acknowledged("state write", acknowledged)?;
+        }
         Ok(match answer {
             StateAnswer::Set => StateOutcome::Written(Written::Set),
             StateAnswer::Deleted { existed } => StateOutcome::Written(Written::Deleted(existed)),
