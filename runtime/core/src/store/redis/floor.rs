@@ -22,7 +22,7 @@ use super::RedisStore;
 use crate::store::{StepFloor, Store, StoreError};
 
 /// How many times each bare step is called.
-pub(super) const CALLS: u32 = 500;
+const CALLS: u32 = 500;
 
 /// How many calls of each step go in one request.
 const BATCH: u32 = 50;
