@@ -122,9 +122,10 @@ pub async fn run(settings: &Settings) -> Result<Capacity, BenchError> {
         .map(|j| format!("{run_id}-j{j}"))
         .collect();
     let result = measure(&clients, &jobs, settings.slots.max(1), &run_id).await;
-    let steps = match result {
-        Ok(_) => clients[0].step_floor().await,
-        Err(_) => Ok(None),
+    let steps = if result.is_ok() {
+        clients[0].step_floor().await
+    } else {
+        Ok(None)
     };
     for job in &jobs {
         clients[0].forget_job(job).await?;
