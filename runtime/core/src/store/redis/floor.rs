@@ -14,7 +14,9 @@
 //!   and the running runs, `DEL` of the lease key.
 //!
 //! Each is called [`CALLS`] times, [`BATCH`] calls a request, and timed by the server's `INFO
-//! commandstats` (the difference of two readings of the scripts' `usec`).
+//! commandstats` (the difference of two readings of the scripts' `usec`). Each finish deletes a
+//! lease key of its own, written by a plain `SET` just before it in the same request, which the
+//! server counts apart from the scripts.
 
 use redis::{AsyncCommands, Script};
 
@@ -69,16 +71,13 @@ impl RedisStore {
         keys: &[String; 2],
         args: &[String; 2],
     ) -> Result<StepFloor, StoreError> {
-        let empty = Script::new(EMPTY);
-        let losing = Script::new(LOSING_CLAIM);
-        let won = Script::new(WON_CLAIM);
-        let finish = Script::new(FINISH);
-        let empty_script_us = self.time_calls(&[&empty], keys, args).await?;
-        let won_claim_us = self.time_calls(&[&won], keys, args).await?;
+        let [live, lease] = keys;
+        let (same, fresh) = (Leases::Same(lease), Leases::Fresh(lease));
+        let empty_script_us = self.time_calls(EMPTY, live, same, args).await?;
+        let won_claim_us = self.time_calls(WON_CLAIM, live, same, args).await?;
         // The lease key exists now, as a losing claim finds it.
-        let losing_claim_us = self.time_calls(&[&losing], keys, args).await?;
-        // Each finish deletes a lease key that a claim has just written.
-        let finish_us = self.time_calls(&[&won, &finish], keys, args).await? - won_claim_us;
+        let losing_claim_us = self.time_calls(LOSING_CLAIM, live, same, args).await?;
+        let finish_us = self.time_calls(FINISH, live, fresh, args).await?;
         Ok(StepFloor {
             empty_script_us,
             losing_claim_us,
@@ -88,36 +87,55 @@ impl RedisStore {
         })
     }
 
-    /// Calls `scripts` in turn, [`CALLS`] times; the server's time per turn, µs. The calls go
-    /// [`BATCH`] turns a request, so that the server runs them back to back, as it runs the
-    /// many hosts' steps of a busy store, not one a round trip.
+    /// Calls the script `source` [`CALLS`] times on the live hash `live` and the lease keys of `leases`;
+    /// the server's time per call, µs. The calls go [`BATCH`] a request, so that the server
+    /// runs them back to back, as it runs the many hosts' steps of a busy store, not one a
+    /// round trip.
     async fn time_calls(
         &self,
-        scripts: &[&Script],
-        keys: &[String; 2],
+        source: &str,
+        live: &str,
+        leases: Leases<'_>,
         args: &[String; 2],
     ) -> Result<f64, StoreError> {
+        let script = Script::new(source);
         let mut c = self.counted();
-        // Loads the scripts into the server's cache, outside the measured calls.
-        for script in scripts {
-            script.load_async(&mut c).await.map_err(|e| self.error(e))?;
-        }
+        // Loads the script into the server's cache, outside the measured calls.
+        script.load_async(&mut c).await.map_err(|e| self.error(e))?;
         let before = self.server_time().await?.unwrap_or_default();
         for _ in 0..CALLS / BATCH {
             let mut pipe = redis::pipe();
-            for _ in 0..BATCH {
-                for script in scripts {
-                    pipe.cmd("EVALSHA")
-                        .arg(script.get_hash())
-                        .arg(2)
-                        .arg(keys)
-                        .arg(args)
-                        .ignore();
-                }
+            for call in 0..BATCH {
+                let lease = match leases {
+                    Leases::Same(key) => key.to_owned(),
+                    Leases::Fresh(prefix) => {
+                        // A plain SET: the server counts it apart from the scripts' time.
+                        let key = format!("{prefix}:{call}");
+                        pipe.set_options(&key, 1, Default::default()).ignore();
+                        key
+                    }
+                };
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(2)
+                    .arg(live)
+                    .arg(lease)
+                    .arg(args)
+                    .ignore();
             }
             let () = pipe.query_async(&mut c).await.map_err(|e| self.error(e))?;
         }
         let after = self.server_time().await?.unwrap_or_default();
         Ok((after.steps_us - before.steps_us) / f64::from(CALLS))
     }
+}
+
+/// The lease key each bare step is called with.
+#[derive(Clone, Copy)]
+enum Leases<'a> {
+    /// This one key, every call.
+    Same(&'a str),
+    /// A key of its own for each call, under this prefix, written just before it: each finish
+    /// deletes a lease key that exists, as a real finish does.
+    Fresh(&'a str),
 }
