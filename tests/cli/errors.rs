@@ -105,7 +105,7 @@ fn bad_config_file_names_the_file_and_the_known_keys() {
     assert!(line.contains("unknown field `stor`"), "{line}");
     assert!(
         line.trim_end().ends_with(
-            "the keys are jobs, store, runner, namespace, stop_timeout, http, http_token, log_format and cache_dir"
+            "the keys are jobs, store, runner, namespace, stop_timeout, http, http_token, log_format, cache_dir and allow_dirs"
         ),
         "{line}"
     );

@@ -255,7 +255,10 @@ async fn requests_after_the_lease_is_lost(
     let probe = job(
         env!("GUEST_HTTP_PROBE"),
         Sandbox {
-            data_dir: Some((data.path().to_path_buf(), false)),
+            data_dir: Some((
+                baton_wasm::GrantedDir::open(data.path()).expect("the data directory opens"),
+                false,
+            )),
             ..sandbox(
                 &[&server.origin],
                 &[

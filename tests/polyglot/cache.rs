@@ -106,3 +106,25 @@ fn cache_in_a_directory_others_may_write_is_not_trusted() {
         "and used once it is private"
     );
 }
+
+#[test]
+fn cache_entry_that_is_a_link_leading_out_of_the_cache_is_not_followed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let component = Path::new(env!("GUEST_HELLO"));
+    load_fresh(dir.path(), component);
+    // The entry and its digest move out of the cache, and links to them take their place: a
+    // valid compiled component, reached only by leaving the cache directory.
+    let path = entry(dir.path());
+    for file in [path.clone(), path.with_extension("sha256")] {
+        let moved = elsewhere
+            .path()
+            .join(file.file_name().expect("a file name"));
+        std::fs::rename(&file, &moved).expect("move the entry out");
+        std::os::unix::fs::symlink(&moved, &file).expect("link to it");
+    }
+    assert!(
+        !load_fresh(dir.path(), component).0,
+        "an entry outside the cache directory is compiled again, not loaded"
+    );
+}

@@ -250,7 +250,10 @@ async fn escape_cannot_open_files_outside_its_grant_nor_see_the_host_environment
     let name = unique("escape");
     let data = tempfile::tempdir().expect("tempdir");
     let mut sb = sandbox();
-    sb.data_dir = Some((data.path().to_path_buf(), false));
+    sb.data_dir = Some((
+        baton_wasm::GrantedDir::open(data.path()).expect("the data directory opens"),
+        false,
+    ));
     let escape = job(env!("GUEST_ESCAPE"), sb);
     let message = run(&escape, context(&name), WITHIN).await.unwrap_err();
     assert!(!message.starts_with("escaped"), "{message}");
@@ -313,7 +316,10 @@ async fn write_data_writes_into_its_granted_directory() {
     let data = tempfile::tempdir().expect("tempdir");
     std::fs::write(data.path().join("in.txt"), "from the host\n").expect("write in.txt");
     let mut sb = sandbox();
-    sb.data_dir = Some((data.path().to_path_buf(), false));
+    sb.data_dir = Some((
+        baton_wasm::GrantedDir::open(data.path()).expect("the data directory opens"),
+        false,
+    ));
     let writer = job(env!("GUEST_WRITE_DATA"), sb);
     let ctx = context(&name);
     let slot = ctx.slot;
@@ -334,7 +340,10 @@ async fn write_data_cannot_write_into_a_read_only_grant() {
     let name = unique("write-ro");
     let data = tempfile::tempdir().expect("tempdir");
     let mut sb = sandbox();
-    sb.data_dir = Some((data.path().to_path_buf(), true));
+    sb.data_dir = Some((
+        baton_wasm::GrantedDir::open(data.path()).expect("the data directory opens"),
+        true,
+    ));
     let writer = job(env!("GUEST_WRITE_DATA"), sb);
     let message = run(&writer, context(&name), WITHIN).await.unwrap_err();
     assert!(

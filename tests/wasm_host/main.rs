@@ -1,6 +1,7 @@
 //! The Wasm host's tests: the guest components of `guests/`, run through their handlers, an
 //! instance with a jobs directory, and the real `baton` binary.
 
+mod boundary;
 mod cli;
 mod guests;
 mod jobs_dir;

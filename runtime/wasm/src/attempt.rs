@@ -19,6 +19,7 @@ use super::engine::LoadedComponent;
 use super::log::{AttemptLog, LineSource};
 use crate::config::ConfigValue;
 use crate::fence::Gate;
+use crate::jobs::boundary::GrantedDir;
 use crate::jobs::{format_size, DEFAULT_MEMORY, DEFAULT_RUN_TIMEOUT};
 use crate::outbound::{fence_headers, Hooks, Outbound};
 use baton_core::instance::{AbortReason, LeaseDeadline, RunContext, Signal};
@@ -35,8 +36,8 @@ pub struct Sandbox {
     pub memory: u64,
     /// How long an attempt may run.
     pub run_timeout: Duration,
-    /// A host directory the guest sees at `/data`, and whether it is read-only.
-    pub data_dir: Option<(PathBuf, bool)>,
+    /// A host directory the guest sees at `/data`, opened once, and whether it is read-only.
+    pub data_dir: Option<(GrantedDir, bool)>,
     /// Environment variables.
     pub env: Vec<(String, String)>,
     /// Where outbound requests may go, and their limits. Defaults to nowhere.
@@ -317,11 +318,13 @@ fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog) -> Result<WasiCtx, String> {
         } else {
             FsPerms::ReadWrite
         };
-        b.preopened_dir(dir, DATA_DIR_IN_GUEST, perms)
+        // Through the handle opened when the job loaded, not the path: what was renamed or
+        // swapped in at the path since does not redirect the guest.
+        b.preopened_dir(dir.handle_path(), DATA_DIR_IN_GUEST, perms)
             .map_err(|e| {
                 format!(
                     "cannot open the data directory {} granted by {}: {e:#}",
-                    dir.display(),
+                    dir.path().display(),
                     sandbox.job_file.display()
                 )
             })?;

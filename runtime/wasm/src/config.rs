@@ -2,13 +2,16 @@
 //! through `wasi:config/store` (`get`, `get-all`).
 //!
 //! Each value is a literal string, or `{ env = "NAME" }` (a variable of the host's environment),
-//! or `{ file = "PATH" }` (a file's content without its final newline; a relative path is taken
-//! from the jobs directory). Both are read when the job loads, and both are secrets: a
+//! or `{ file = "PATH" }` (a file's content without its final newline; the path is beneath the
+//! jobs directory, or beneath a directory the node grants as `@NAME/…`: see
+//! [`crate::jobs::boundary`]). Both are read when the job loads, and both are secrets: a
 //! [`ConfigValue`] from them never shows in `Debug`, in an error, or in a log line of the host,
 //! and the attempt's log lines and error have its text replaced with `[redacted]`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use crate::jobs::boundary::{Boundary, PathError};
 
 /// What every secret is replaced with in log lines and errors.
 pub const REDACTED: &str = "[redacted]";
@@ -92,22 +95,21 @@ pub enum ConfigError {
         /// The variable.
         name: String,
     },
-    /// The file cannot be read (or is not UTF-8).
-    #[error("config.{key}: cannot read the file {path}: {reason}; create it or fix the path (relative paths are taken from the jobs directory)", path = .path.display())]
+    /// The file is outside the jobs directory, or cannot be read (or is not UTF-8).
+    #[error("config.{key}: file {source}")]
     File {
         /// The key.
         key: String,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
+        /// Where the path leads and why it is refused.
+        #[source]
+        source: Box<PathError>,
     },
 }
 
 /// Reads a job file's `[config]` table: literals as they are, `env` and `file` from the host.
 pub(crate) fn read(
     table: &toml::Table,
-    jobs_dir: &Path,
+    boundary: &Boundary<'_>,
 ) -> Result<BTreeMap<String, ConfigValue>, ConfigError> {
     let mut out = BTreeMap::new();
     for (key, value) in table {
@@ -128,12 +130,12 @@ pub(crate) fn read(
                         ConfigValue::new(value, ConfigSource::Env(name.clone()))
                     }
                     (["file"], Some(toml::Value::String(file))) => {
-                        let path = jobs_dir.join(file);
-                        let text =
-                            std::fs::read_to_string(&path).map_err(|e| ConfigError::File {
-                                key: key.clone(),
-                                path: path.clone(),
-                                reason: e.to_string(),
+                        let (path, text) =
+                            boundary.read_file(Path::new(file)).map_err(|source| {
+                                ConfigError::File {
+                                    key: key.clone(),
+                                    source: Box::new(source),
+                                }
                             })?;
                         let text = text
                             .strip_suffix('\n')
@@ -204,12 +206,24 @@ mod tests {
         toml::from_str(text).expect("toml")
     }
 
+    /// Reads `table` as a job file of the jobs directory `dir` would, with nothing granted.
+    fn read_in(
+        table: &toml::Table,
+        dir: &Path,
+    ) -> Result<BTreeMap<String, ConfigValue>, ConfigError> {
+        let none = crate::jobs::boundary::AllowedDirs::new();
+        read(
+            table,
+            &Boundary::open(dir, &none).expect("the jobs directory opens"),
+        )
+    }
+
     #[test]
     fn literals_env_and_files_are_read_and_only_the_latter_are_secrets() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("key"), "s3cret-from-file\n").expect("write");
         std::env::set_var("BATON_CONFIG_TEST_TOKEN", "s3cret-from-env");
-        let config = read(
+        let config = read_in(
             &table(
                 r#"
                 url = "http://example.com"
@@ -235,7 +249,7 @@ mod tests {
     #[test]
     fn a_missing_source_names_the_key_and_the_source() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let e = read(
+        let e = read_in(
             &table(r#"token = { env = "BATON_CONFIG_TEST_UNSET" }"#),
             dir.path(),
         )
@@ -245,11 +259,11 @@ mod tests {
             msg.contains("config.token") && msg.contains("BATON_CONFIG_TEST_UNSET"),
             "{msg}"
         );
-        let msg = read(&table(r#"key = { file = "nope" }"#), dir.path())
+        let msg = read_in(&table(r#"key = { file = "nope" }"#), dir.path())
             .expect_err("missing")
             .to_string();
         assert!(msg.contains("config.key") && msg.contains("nope"), "{msg}");
-        let msg = read(&table("n = 3"), dir.path())
+        let msg = read_in(&table("n = 3"), dir.path())
             .expect_err("a number")
             .to_string();
         assert!(msg.contains("config.n") && msg.contains("integer"), "{msg}");

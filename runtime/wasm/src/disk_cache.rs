@@ -12,10 +12,16 @@
 //!
 //! Anything else is ignored (and logged): the component is compiled again and the entry
 //! rewritten. Entries are written to a temporary file and renamed, so none is ever half-written.
+//!
+//! The directory is opened once, as a capability, and every entry is read and written through
+//! it: an entry that is a symbolic link leading out of the directory is never followed.
 
+use cap_std::fs::MetadataExt;
 use std::hash::{Hash, Hasher};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -24,6 +30,7 @@ use wasmtime::{Engine, Precompiled};
 /// A directory of compiled components for one engine.
 pub(crate) struct DiskCache {
     dir: PathBuf,
+    root: Dir,
     engine_key: String,
 }
 
@@ -57,18 +64,20 @@ impl DiskCache {
         engine.precompile_compatibility_hash().hash(&mut hasher);
         Ok(DiskCache {
             dir: dir.to_path_buf(),
+            root: Dir::open_ambient_dir(dir, ambient_authority())?,
             engine_key: format!("{:016x}", hasher.finish()),
         })
     }
 
+    /// The entry's file name in the directory.
     fn entry(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        self.dir.join(format!("{hex}-{}.cwasm", self.engine_key))
+        PathBuf::from(format!("{hex}-{}.cwasm", self.engine_key))
     }
 
     /// Whether only this user may write to the directory.
     fn is_safe(&self) -> bool {
-        let Ok(meta) = std::fs::metadata(&self.dir) else {
+        let Ok(meta) = self.root.dir_metadata() else {
             return false;
         };
         // SAFETY: geteuid has no preconditions and cannot fail.
@@ -78,8 +87,9 @@ impl DiskCache {
 
     /// The compiled component of `digest`, if a trustworthy entry exists.
     pub(crate) fn get(&self, engine: &Engine, digest: &str) -> Result<Component, Skipped> {
-        let path = self.entry(digest);
-        if !path.exists() {
+        let name = self.entry(digest);
+        let path = self.dir.join(&name);
+        if !self.root.exists(&name) {
             return Err(Skipped::Missing);
         }
         if !self.is_safe() {
@@ -87,8 +97,11 @@ impl DiskCache {
                 dir: self.dir.clone(),
             });
         }
-        let bytes = std::fs::read(&path).map_err(|_| Skipped::Missing)?;
-        let expected = std::fs::read_to_string(path.with_extension("sha256")).unwrap_or_default();
+        let bytes = self.root.read(&name).map_err(|_| Skipped::Missing)?;
+        let expected = self
+            .root
+            .read_to_string(name.with_extension("sha256"))
+            .unwrap_or_default();
         if hex::encode(Sha256::digest(&bytes)) != expected.trim() {
             return Err(Skipped::Damaged { path });
         }
@@ -109,18 +122,23 @@ impl DiskCache {
 
     /// Writes the compiled component of `digest`; a failure only costs a compile next time.
     pub(crate) fn put(&self, digest: &str, component: &Component) {
-        let path = self.entry(digest);
+        let name = self.entry(digest);
+        let root = &self.root;
+        // Written under a temporary name, then renamed into place.
+        let put = |to: &Path, tmp: &Path, bytes: &[u8]| -> Result<(), String> {
+            root.write(tmp, bytes).map_err(|e| e.to_string())?;
+            root.rename(tmp, root, to).map_err(|e| e.to_string())
+        };
         let write = || -> Result<(), String> {
             let bytes = component.serialize().map_err(|e| e.to_string())?;
             let sum = hex::encode(Sha256::digest(&bytes));
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            std::fs::write(&tmp, &bytes).map_err(|e| e.to_string())?;
-            std::fs::rename(&tmp, &path).map_err(|e| e.to_string())?;
-            let side = path.with_extension("sha256");
-            let side_tmp = path.with_extension(format!("sha256.tmp{}", std::process::id()));
-            std::fs::write(&side_tmp, sum).map_err(|e| e.to_string())?;
-            std::fs::rename(&side_tmp, &side).map_err(|e| e.to_string())?;
-            Ok(())
+            let pid = std::process::id();
+            put(&name, &name.with_extension(format!("tmp{pid}")), &bytes)?;
+            put(
+                &name.with_extension("sha256"),
+                &name.with_extension(format!("sha256.tmp{pid}")),
+                sum.as_bytes(),
+            )
         };
         if let Err(e) = write() {
             tracing::warn!(cache = %self.dir.display(), error = %e, "cannot write a compiled component to the cache");

@@ -23,7 +23,8 @@
 //! http_response_size = "16MiB"  # the largest response body. Defaults to 16 MiB
 //!
 //! [grants]
-//! data_dir = "data/report"      # a directory the job may use, relative to the jobs directory
+//! data_dir = "data/report"      # a directory the job may use, beneath the jobs directory,
+//!                               # or "@NAME/…" beneath one the node grants (--allow-dir)
 //! data_dir_read_only = false    # Defaults to false (read-write)
 //! env = { REPORT_TO = "ops" }   # environment variables. Defaults to none
 //! allowed_outbound_hosts = ["https://api.example.com", "https://*.example.org"]  # Defaults to none
@@ -31,8 +32,10 @@
 //! [config]                      # what the guest reads through wasi:config/store. Defaults to none
 //! url = "https://api.example.com/hook"   # a literal
 //! token = { env = "API_TOKEN" } # a secret, from the host's environment when the job loads
-//! key = { file = "secrets/key" }  # a secret, from a file (relative to the jobs directory)
+//! key = { file = "secrets/key" }  # a secret, from a file beneath the jobs directory (or "@NAME/…")
 //! ```
+//!
+//! Every path a job file names stays beneath the jobs directory (see [`boundary`]).
 //!
 //! Durations are a number and a unit: `ms`, `s`, `m`, `h` or `d`. Unknown keys are errors.
 
@@ -45,10 +48,12 @@ use serde::Deserialize;
 use baton_core::duration::parse_duration;
 use baton_core::lease::{LeaseOptions, OptionsError, Overlap};
 
+pub mod boundary;
 pub mod directory;
 use crate::config::{ConfigError, ConfigValue};
 use crate::outbound::{AllowedHost, HttpLimits};
 use baton_core::schedule::{Schedule, ScheduleError};
+use boundary::{AllowedDirs, Boundary, GrantedDir, PathError};
 
 /// The default memory cap of a job: 64 MiB.
 pub const DEFAULT_MEMORY: u64 = 64 * 1024 * 1024;
@@ -103,6 +108,18 @@ pub enum JobError {
         #[source]
         source: OptionsError,
     },
+    /// A path the job file names is refused: it leads outside the jobs directory, names a
+    /// directory the node does not grant, or cannot be opened.
+    #[error("{path}: {key}: {source}", path = .path.display())]
+    Path {
+        /// The job file.
+        path: PathBuf,
+        /// The key, e.g. `grants.data_dir`.
+        key: &'static str,
+        /// What is wrong and the fix.
+        #[source]
+        source: Box<PathError>,
+    },
     /// A `[config]` value cannot be read (a missing variable or file). The message names the
     /// job, the key and the source, never a value.
     #[error("{path}: job {job}: {source}", path = .path.display())]
@@ -137,10 +154,11 @@ pub struct Limits {
 }
 
 /// What a job is granted beyond the sandbox (which has no files, no network, no environment).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct GrantSpec {
-    /// A directory the job may use, resolved against the jobs directory. Defaults to none.
-    pub data_dir: Option<PathBuf>,
+    /// A directory the job may use, beneath the jobs directory or a directory the node grants,
+    /// opened when the job loaded (a read-write one created if missing). Defaults to none.
+    pub data_dir: Option<GrantedDir>,
     /// Whether that directory is read-only. Defaults to false.
     pub data_dir_read_only: bool,
     /// Environment variables. Defaults to none.
@@ -248,8 +266,9 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
-/// Reads and validates one job file; the component is expected beside it.
-pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
+/// Reads and validates one job file; the component is expected beside it. Every path it names
+/// must stay beneath its directory, or beneath a directory of `allowed` (the node's grants).
+pub fn load_job(toml_path: &Path, allowed: &AllowedDirs) -> Result<JobSpec, JobError> {
     let path = toml_path.to_path_buf();
     let text = std::fs::read_to_string(toml_path).map_err(|source| JobError::Read {
         path: path.clone(),
@@ -349,11 +368,26 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
             }
         }
     };
-    let base = toml_path.parent().unwrap_or(Path::new("."));
+    let base = match toml_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let boundary = Boundary::open(base, allowed).map_err(|source| JobError::Read {
+        path: base.to_path_buf(),
+        source,
+    })?;
     let grants = match file.grants {
         None => GrantSpec::default(),
         Some(g) => GrantSpec {
-            data_dir: g.data_dir.map(|d| base.join(d)),
+            data_dir: g
+                .data_dir
+                .map(|d| boundary.data_dir(&d, g.data_dir_read_only.unwrap_or(false)))
+                .transpose()
+                .map_err(|source| JobError::Path {
+                    path: path.clone(),
+                    key: "grants.data_dir",
+                    source: Box::new(source),
+                })?,
             data_dir_read_only: g.data_dir_read_only.unwrap_or(false),
             env: g.env.unwrap_or_default(),
             allowed_outbound_hosts: g
@@ -372,14 +406,24 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
         .to_owned();
     let config = match &file.config {
         None => BTreeMap::new(),
-        Some(table) => crate::config::read(table, base).map_err(|source| JobError::Config {
-            path: path.clone(),
-            job: name.clone(),
-            source,
-        })?,
+        Some(table) => {
+            crate::config::read(table, &boundary).map_err(|source| JobError::Config {
+                path: path.clone(),
+                job: name.clone(),
+                source,
+            })?
+        }
     };
     let wasm_path = toml_path.with_extension("wasm");
-    if !wasm_path.is_file() {
+    let wasm_name = Path::new(wasm_path.file_name().unwrap_or_default());
+    let found = boundary
+        .has_component(wasm_name)
+        .map_err(|source| JobError::Path {
+            path: path.clone(),
+            key: "component",
+            source: Box::new(source),
+        })?;
+    if !found {
         return Err(JobError::MissingComponent {
             path,
             wasm: wasm_path,
@@ -398,13 +442,16 @@ pub fn load_job(toml_path: &Path) -> Result<JobSpec, JobError> {
 }
 
 /// Every job file (`*.toml`) in a directory, sorted by name, each loaded or with its error.
-pub fn load_dir(dir: &Path) -> std::io::Result<Vec<Result<JobSpec, JobError>>> {
+pub fn load_dir(
+    dir: &Path,
+    allowed: &AllowedDirs,
+) -> std::io::Result<Vec<Result<JobSpec, JobError>>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    Ok(files.iter().map(|p| load_job(p)).collect())
+    Ok(files.iter().map(|p| load_job(p, allowed)).collect())
 }
 
 #[cfg(test)]
@@ -421,11 +468,15 @@ mod tests {
     #[test]
     fn a_minimal_job_gets_the_defaults() {
         let d = tempfile::tempdir().expect("tempdir");
-        let job = load_job(&write(d.path(), "hello", "schedule = \"@hourly\"\n")).expect("valid");
+        let job = load_job(
+            &write(d.path(), "hello", "schedule = \"@hourly\"\n"),
+            &AllowedDirs::new(),
+        )
+        .expect("valid");
         assert_eq!(job.name, "hello");
         assert_eq!(job.options, LeaseOptions::default());
         assert_eq!(job.limits.memory, 64 << 20);
-        assert_eq!(job.grants, GrantSpec::default());
+        assert!(job.grants.data_dir.is_none() && job.grants.env.is_empty());
     }
 
     #[test]
@@ -449,12 +500,16 @@ mod tests {
             data_dir_read_only = true
             env = { A = "1" }
         "#;
-        let job = load_job(&write(d.path(), "full", toml)).expect("valid");
+        std::fs::create_dir(d.path().join("data")).expect("mkdir");
+        let job = load_job(&write(d.path(), "full", toml), &AllowedDirs::new()).expect("valid");
         assert_eq!(job.options.lease, Duration::from_millis(600));
         assert_eq!(job.options.max_attempts, 5);
         assert_eq!(job.options.overlap, Overlap::Allow);
         assert_eq!(job.limits.memory, 16 << 20);
-        assert_eq!(job.grants.data_dir, Some(d.path().join("data")));
+        assert_eq!(
+            job.grants.data_dir.as_ref().map(|g| g.path().to_path_buf()),
+            Some(d.path().join("data"))
+        );
         assert!(job.grants.data_dir_read_only);
         assert_eq!(job.grants.env.get("A").map(String::as_str), Some("1"));
     }
@@ -467,7 +522,7 @@ mod tests {
             "typo",
             "schedule = \"@hourly\"\nleese = \"30s\"\n",
         );
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(msg.contains("typo.toml") && msg.contains("leese"), "{msg}");
     }
 
@@ -475,20 +530,20 @@ mod tests {
     fn bad_values_name_the_key_and_the_fix() {
         let d = tempfile::tempdir().expect("tempdir");
         let p = write(d.path(), "bad", "schedule = \"@hourly\"\nlease = \"30\"\n");
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(msg.contains("lease") && msg.contains("no unit"), "{msg}");
         let p = write(
             d.path(),
             "hb",
             "schedule = \"@hourly\"\nlease = \"10s\"\nheartbeat = \"5s\"\n",
         );
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(
             msg.contains("hb.toml") && msg.contains("under half of lease"),
             "{msg}"
         );
         let p = write(d.path(), "cron", "schedule = \"every day\"\n");
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(
             msg.contains("cron.toml") && msg.contains("invalid cron expression"),
             "{msg}"
@@ -500,7 +555,7 @@ mod tests {
         let d = tempfile::tempdir().expect("tempdir");
         let p = d.path().join("lonely.toml");
         std::fs::write(&p, "schedule = \"@hourly\"\n").expect("write");
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(msg.contains("lonely.wasm"), "{msg}");
     }
 
@@ -520,7 +575,7 @@ mod tests {
             url = "http://127.0.0.1:8080/hook"
             token = { file = "token" }
         "#;
-        let job = load_job(&write(d.path(), "hook", toml)).expect("valid");
+        let job = load_job(&write(d.path(), "hook", toml), &AllowedDirs::new()).expect("valid");
         assert_eq!(job.limits.http.requests, 3);
         assert_eq!(job.limits.http.first_byte_timeout, Duration::from_secs(2));
         assert_eq!(job.limits.http.response_size, 1024);
@@ -541,7 +596,7 @@ mod tests {
             "bad-host",
             "schedule = \"@hourly\"\n[grants]\nallowed_outbound_hosts = [\"api.example.com\"]\n",
         );
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(
             msg.contains("bad-host.toml")
                 && msg.contains("grants.allowed_outbound_hosts")
@@ -558,7 +613,7 @@ mod tests {
             "secretive",
             "schedule = \"@hourly\"\n[config]\ntoken = { env = \"BATON_JOBS_TEST_UNSET\" }\n",
         );
-        let msg = load_job(&p).unwrap_err().to_string();
+        let msg = load_job(&p, &AllowedDirs::new()).unwrap_err().to_string();
         assert!(
             msg.contains("job secretive")
                 && msg.contains("config.token")

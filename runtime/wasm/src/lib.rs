@@ -40,6 +40,7 @@ pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
 pub use bindings::WORLD_VERSIONS;
 pub use engine::{LoadedComponent, MAX_INSTANCES, MAX_MEMORY};
 pub use epoch::TICK;
+pub use jobs::boundary::{AllowedDirs, GrantedDir};
 pub use log::{tracing_sink, GuestLine, LineSource, LogSink, LOG_BUDGET};
 
 /// A component that cannot be used. Every message names the file, the reason and the fix.
@@ -105,16 +106,6 @@ pub enum LoadError {
         path: PathBuf,
         /// What it asked for, bytes.
         asked: u64,
-    },
-    /// A granted data directory cannot be used.
-    #[error("{path}: grants.data_dir {dir}: {reason}", path = .path.display(), dir = .dir.display())]
-    DataDir {
-        /// The job file.
-        path: PathBuf,
-        /// The directory.
-        dir: PathBuf,
-        /// What is wrong and what to do.
-        reason: String,
     },
 }
 
@@ -256,8 +247,8 @@ impl WasmHost {
         self.inner.compiler.load(&path.into())
     }
 
-    /// A job of a job file: its component loaded, its sandbox checked (a read-write data
-    /// directory is created if missing).
+    /// A job of a job file: its component loaded, its sandbox the job file's grants (the data
+    /// directory as it was opened when the job file loaded).
     pub fn job(&self, spec: &JobSpec) -> Result<WasmJob, LoadError> {
         if spec.limits.memory > MAX_MEMORY {
             return Err(LoadError::MemoryLimit {
@@ -265,27 +256,11 @@ impl WasmHost {
                 asked: spec.limits.memory,
             });
         }
-        let data_dir = match &spec.grants.data_dir {
-            None => None,
-            Some(dir) => {
-                let err = |reason: String| LoadError::DataDir {
-                    path: spec.toml_path.clone(),
-                    dir: dir.clone(),
-                    reason,
-                };
-                if !dir.is_dir() {
-                    if spec.grants.data_dir_read_only {
-                        return Err(err(
-                            "does not exist; create it, or grant it read-write so Baton creates it"
-                                .into(),
-                        ));
-                    }
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| err(format!("cannot create it: {e}")))?;
-                }
-                Some((dir.clone(), spec.grants.data_dir_read_only))
-            }
-        };
+        let data_dir = spec
+            .grants
+            .data_dir
+            .clone()
+            .map(|dir| (dir, spec.grants.data_dir_read_only));
         let component = self.load(&spec.wasm_path)?;
         Ok(WasmJob {
             host: self.clone(),

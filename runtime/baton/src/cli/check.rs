@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use baton_core::schedule::format_in;
 use baton_wasm::jobs::{self, JobSpec};
-use baton_wasm::{HostConfig, LoadedComponent, WasmHost};
+use baton_wasm::{AllowedDirs, HostConfig, LoadedComponent, WasmHost};
 
 use super::config::DEFAULT_JOBS;
+use super::run::AllowDirArgs;
 
 /// How many upcoming slots `baton jobs` shows per job.
 const SHOWN_SLOTS: usize = 5;
@@ -26,6 +27,8 @@ pub struct JobsArgs {
     /// The namespace in `--store`.
     #[arg(long, env = "BATON_NAMESPACE", default_value = baton_core::store::DEFAULT_NAMESPACE)]
     namespace: String,
+    #[command(flatten)]
+    allow: AllowDirArgs,
 }
 
 /// The options of `baton check`.
@@ -34,6 +37,8 @@ pub struct CheckArgs {
     /// A component (`.wasm`), a job file (`.toml`, with its component beside it), or a jobs
     /// directory.
     path: PathBuf,
+    #[command(flatten)]
+    allow: AllowDirArgs,
 }
 
 /// A host with the same compile cache as `baton run` (`BATON_CACHE_DIR`, or the default).
@@ -48,8 +53,12 @@ fn host() -> anyhow::Result<WasmHost> {
 
 /// Loads a job file and its component; the error names the file, the reason and the fix. The
 /// text names the component: its digest and the version of the world it runs as.
-fn validate(host: &WasmHost, toml: &Path) -> anyhow::Result<(JobSpec, String)> {
-    let spec = jobs::load_job(toml)?;
+fn validate(
+    host: &WasmHost,
+    toml: &Path,
+    allowed: &AllowedDirs,
+) -> anyhow::Result<(JobSpec, String)> {
+    let spec = jobs::load_job(toml, allowed)?;
     let component = host.load(&spec.wasm_path)?;
     Ok((spec, describe(&component)))
 }
@@ -101,11 +110,12 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let host = host()?;
+    let allowed = args.allow.to_allowed()?;
     let now = chrono::Utc::now().timestamp_millis();
     for file in files {
         let name = file.file_stem().map(|s| s.to_string_lossy().into_owned());
         let name = name.unwrap_or_default();
-        match validate(&host, &file) {
+        match validate(&host, &file, &allowed) {
             Ok((spec, digest)) => {
                 let zone = spec.schedule.time_zone();
                 println!(
@@ -129,6 +139,7 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<()> {
 pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let path = &args.path;
     let host = host()?;
+    let allowed = args.allow.to_allowed()?;
     let is = |ext: &str| path.extension().is_some_and(|x| x == ext);
     if is("wasm") {
         let component = host.load(path)?;
@@ -136,7 +147,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if is("toml") {
-        let (spec, digest) = validate(&host, path)?;
+        let (spec, digest) = validate(&host, path, &allowed)?;
         println!(
             "{}: ok; job {} runs {} ({digest})",
             path.display(),
@@ -154,7 +165,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     let files = job_files(path)?;
     let mut invalid = 0;
     for file in &files {
-        match validate(&host, file) {
+        match validate(&host, file, &allowed) {
             Ok((_, digest)) => println!("{}: ok ({digest})", file.display()),
             Err(e) => {
                 invalid += 1;

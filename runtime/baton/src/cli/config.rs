@@ -15,13 +15,19 @@
 //! http_token = "…"                 # Defaults to none: the API's pause, resume, trigger refused
 //! log_format = "json"              # Defaults to pretty
 //! cache_dir = "/var/cache/baton"   # Defaults to $XDG_CACHE_HOME/baton or ~/.cache/baton; "off"
+//! allow_dirs = { exports = "/srv/exports" }  # directories jobs may name as "@exports". Defaults to none
 //! ```
+//!
+//! A relative `allow_dirs` path is taken from the file's directory too. `--allow-dir` flags (or
+//! `BATON_ALLOW_DIR`), when given, replace the file's `allow_dirs` as a whole.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
+
+use baton_wasm::AllowedDirs;
 
 use super::run::RunArgs;
 use super::LogFormat;
@@ -46,6 +52,7 @@ struct FileConfig {
     http_token: Option<String>,
     log_format: Option<LogFormat>,
     cache_dir: Option<PathBuf>,
+    allow_dirs: Option<std::collections::BTreeMap<String, PathBuf>>,
 }
 
 /// The settings `baton run` runs with, every one resolved.
@@ -70,6 +77,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Where compiled components are kept across restarts; `None` when off.
     pub cache_dir: Option<PathBuf>,
+    /// The directories outside the jobs directory that jobs may name as `@NAME`.
+    pub allow_dirs: AllowedDirs,
 }
 
 impl Settings {
@@ -96,6 +105,20 @@ impl Settings {
             })?,
             (None, None) => DEFAULT_STOP_TIMEOUT,
         };
+        let allow_dirs = if !args.allow.allow_dir.is_empty() {
+            args.allow.to_allowed()?
+        } else {
+            let mut allowed = AllowedDirs::new();
+            for (name, path) in file.allow_dirs.unwrap_or_default() {
+                allowed.insert(&name, base.join(path)).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: allow_dirs: {e}",
+                        args.config.as_deref().unwrap_or(Path::new("")).display()
+                    )
+                })?;
+            }
+            allowed
+        };
         Ok(Settings {
             jobs: args
                 .jobs
@@ -118,6 +141,7 @@ impl Settings {
                 .filter(|t| !t.is_empty()),
             log_format: log_format.or(file.log_format).unwrap_or_default(),
             cache_dir: cache_dir(args.cache_dir.or(file.cache_dir)),
+            allow_dirs,
         })
     }
 }
@@ -149,7 +173,7 @@ fn read(path: &Path) -> anyhow::Result<FileConfig> {
         Ok(file) => Ok(file),
         Err(e) => bail!(
             "config file {}: {}; the keys are jobs, store, runner, namespace, stop_timeout, \
-             http, http_token, log_format and cache_dir",
+             http, http_token, log_format, cache_dir and allow_dirs",
             path.display(),
             e.to_string().trim_end()
         ),

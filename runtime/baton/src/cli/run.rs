@@ -13,7 +13,7 @@ use baton_core::lease::Run;
 use baton_core::operate::{OperateOutcome, Operator, Request};
 use baton_core::schedule::format_utc;
 use baton_wasm::jobs::directory::{Change, JobsDirectory, POLL_EVERY};
-use baton_wasm::{HostConfig, WasmHost};
+use baton_wasm::{AllowedDirs, HostConfig, WasmHost};
 
 /// The options of `baton run`. None has a default here: [`Settings::resolve`] fills in the
 /// config file's value, then the default, for each one left unset.
@@ -55,6 +55,36 @@ pub struct RunArgs {
     /// none. [default: $XDG_CACHE_HOME/baton, or ~/.cache/baton]
     #[arg(long, env = "BATON_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub allow: AllowDirArgs,
+}
+
+/// The directories outside the jobs directory that this node grants its jobs.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct AllowDirArgs {
+    /// Grant jobs a directory outside the jobs directory, under a name: a job file then names
+    /// it as `data_dir = "@NAME"` (or `"@NAME/sub"`), or a config file as `{ file = "@NAME/key" }`.
+    /// Every other path a job file names must stay beneath the jobs directory. Repeat it for
+    /// more (in BATON_ALLOW_DIR, separate them with commas). [default: none]
+    #[arg(long = "allow-dir", value_name = "NAME=PATH", env = "BATON_ALLOW_DIR", value_delimiter = ',', value_parser = parse_allow_dir)]
+    pub allow_dir: Vec<(String, PathBuf)>,
+}
+
+impl AllowDirArgs {
+    /// The grants as the jobs directory takes them.
+    pub fn to_allowed(&self) -> anyhow::Result<AllowedDirs> {
+        let mut allowed = AllowedDirs::new();
+        for (name, path) in &self.allow_dir {
+            allowed
+                .insert(name, path.clone())
+                .map_err(|e| anyhow::anyhow!("--allow-dir {name}={}: {e}", path.display()))?;
+        }
+        Ok(allowed)
+    }
+}
+
+fn parse_allow_dir(s: &str) -> Result<(String, PathBuf), String> {
+    AllowedDirs::parse_entry(s)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -96,7 +126,7 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
         ..HostConfig::default()
     })
     .context("starting the wasm host")?;
-    let mut dir = JobsDirectory::new(&args.jobs, host);
+    let mut dir = JobsDirectory::new(&args.jobs, host).with_allowed_dirs(args.allow_dirs.clone());
     // Compiling the components is CPU work: keep it off the async workers' backs.
     let changes = tokio::task::block_in_place(|| dir.sync(&instance))
         .with_context(|| format!("reading jobs directory {}", args.jobs.display()))?;
@@ -109,6 +139,7 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
         store = %redacted,
         namespace = %args.namespace,
         jobs = %args.jobs.display(),
+        allowed_dirs = %describe_allowed(&args.allow_dirs),
         running = instance.job_names().len(),
         broken,
         "baton is running; SIGTERM or Ctrl-C stops it with hand-over"
@@ -145,6 +176,18 @@ pub async fn run(args: Settings) -> anyhow::Result<()> {
             std::process::exit(130);
         }
     }
+}
+
+/// `@exports=/srv/exports, @logs=/var/log/jobs`, or `none`.
+fn describe_allowed(allowed: &AllowedDirs) -> String {
+    if allowed.is_empty() {
+        return "none".to_owned();
+    }
+    let grants: Vec<String> = allowed
+        .iter()
+        .map(|(name, path)| format!("@{name}={}", path.display()))
+        .collect();
+    grants.join(", ")
 }
 
 /// What `/readyz` and `/runs` ask of this host.

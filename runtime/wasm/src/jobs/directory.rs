@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use super::boundary::AllowedDirs;
 use super::{load_job, JobError};
 use crate::{LoadError, WasmHost};
 use baton_core::instance::{Instance, InstanceError, Job};
@@ -105,17 +106,26 @@ struct Entry {
 pub struct JobsDirectory {
     dir: PathBuf,
     host: WasmHost,
+    allowed: AllowedDirs,
     entries: HashMap<String, Entry>,
 }
 
 impl JobsDirectory {
-    /// A directory whose jobs run on `host`; nothing is loaded until [`JobsDirectory::sync`].
+    /// A directory whose jobs run on `host`, with no directory outside it granted; nothing is
+    /// loaded until [`JobsDirectory::sync`].
     pub fn new(dir: impl Into<PathBuf>, host: WasmHost) -> Self {
         JobsDirectory {
             dir: dir.into(),
             host,
+            allowed: AllowedDirs::new(),
             entries: HashMap::new(),
         }
+    }
+
+    /// The directories outside the jobs directory that its job files may name as `@NAME`.
+    pub fn with_allowed_dirs(mut self, allowed: AllowedDirs) -> Self {
+        self.allowed = allowed;
+        self
     }
 
     /// The directory.
@@ -221,7 +231,7 @@ impl JobsDirectory {
     }
 
     fn load(&self, toml: &Path) -> Result<Job, DirError> {
-        let spec = load_job(toml)?;
+        let spec = load_job(toml, &self.allowed)?;
         let handler = self.host.job(&spec)?;
         Ok(Job {
             name: spec.name,
