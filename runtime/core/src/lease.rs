@@ -30,6 +30,11 @@ impl Token {
         Token(rand::random())
     }
 
+    /// The token of these 16 bytes (a seeded random source's, in a simulation).
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Token(bytes)
+    }
+
     /// The token's 16 bytes.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0

@@ -11,6 +11,7 @@
 //! [`store::StoreError::NotBuilt`].
 
 pub mod duration;
+pub mod env;
 pub mod instance;
 pub mod lease;
 pub mod metrics;

@@ -2,9 +2,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::{
     lock, AbortReason, ActiveAttempt, BootTime, EventKind, Inner, Job, LeaseDeadline, RunContext,
@@ -42,7 +43,7 @@ pub(super) fn spawn(
     slot: i64,
     lease: Lease,
     reason: ClaimKind,
-    claim_sent: Instant,
+    claim_sent: Option<BootTime>,
 ) {
     let signal = Signal::new();
     let abandon = Arc::new(Notify::new());
@@ -57,7 +58,9 @@ pub(super) fn spawn(
     if inner.is_stopping() {
         signal.abort(AbortReason::Stopping);
     }
-    tokio::spawn(async move {
+    let task_inner = inner.clone();
+    inner.spawn(async move {
+        let inner = task_inner;
         let afterwards = run(
             &inner, &job, slot, lease, reason, claim_sent, signal, abandon,
         )
@@ -77,12 +80,17 @@ async fn run(
     slot: i64,
     lease: Lease,
     reason: ClaimKind,
-    claim_sent: Instant,
+    claim_sent: Option<BootTime>,
     signal: Signal,
     abandon: Arc<Notify>,
 ) -> Afterwards {
     let name = &job.name;
-    let deadline = LeaseDeadline::new(claim_sent + job.options.lease);
+    // The lease holds until the claim's send time + lease; a win whose claim was sent earlier
+    // than this instance knows (`None`: a claim sent again) is renewed before it runs.
+    let at = claim_sent.map_or(BootTime::from_nanos(0), |sent| {
+        sent.after(job.options.lease)
+    });
+    let deadline = LeaseDeadline::on_clock(at, inner.env.clock.clone());
     if deadline.has_passed() && !renew_late_claim(inner, job, slot, &lease, &deadline).await {
         return Afterwards::Watch;
     }
@@ -116,7 +124,7 @@ async fn run(
 
     let renewing = Arc::new(AtomicBool::new(true));
     let lost = Arc::new(Notify::new());
-    let heartbeats = tokio::spawn(heartbeat_loop(
+    let heartbeats = inner.spawn(heartbeat_loop(
         inner.clone(),
         job.clone(),
         slot,
@@ -127,6 +135,7 @@ async fn run(
     ));
 
     let end = tokio::select! {
+        biased;
         joined = &mut task => End::Returned(match joined {
             Ok(result) => result,
             Err(e) if e.is_panic() => Err("the handler panicked".to_owned()),
@@ -212,7 +221,7 @@ async fn renew_late_claim(
     let give_up = Instant::now() + patience;
     loop {
         let sent = Instant::now();
-        let sent_on_lease_clock = BootTime::now();
+        let sent_on_lease_clock = inner.env.clock.lease_now();
         let left = give_up.saturating_duration_since(sent);
         if left.is_zero() {
             break;
@@ -271,6 +280,7 @@ async fn renew_late_claim(
 /// nothing it does changes the run. Waits for it so that `stop` sees it end.
 async fn wait_for_handler(mut task: tokio::task::JoinHandle<Result<(), String>>, abandon: &Notify) {
     tokio::select! {
+        biased;
         _ = &mut task => {}
         _ = abandon.notified() => task.abort(),
     }
@@ -339,8 +349,7 @@ fn fence(inner: &Inner, job: &str, slot: i64, lease: &Lease, signal: &Signal, wh
 /// at least every [`FENCE_CHECK`] to read the deadline's own clock, which does not.
 async fn fence_timer(deadline: &LeaseDeadline) {
     loop {
-        let at = deadline.get().min(Instant::now() + FENCE_CHECK);
-        tokio::time::sleep_until(at.into()).await;
+        tokio::time::sleep(deadline.remaining().min(FENCE_CHECK)).await;
         if deadline.has_passed() {
             return;
         }
@@ -364,7 +373,7 @@ async fn heartbeat_loop(
     let in_flight = Arc::new(AtomicUsize::new(0));
     let mut next = Instant::now() + every;
     loop {
-        tokio::time::sleep_until(next.into()).await;
+        tokio::time::sleep_until(next).await;
         // A tick missed by a long pause is not sent twice.
         next = (next + every).max(Instant::now());
         if !renewing.load(Ordering::Acquire) {
@@ -382,10 +391,11 @@ async fn heartbeat_loop(
             lost.clone(),
             in_flight.clone(),
         );
-        tokio::spawn(async move {
+        let task_inner = inner.clone();
+        task_inner.spawn(async move {
             let sent = Instant::now();
-            let sent_on_lease_clock = BootTime::now();
-            let patience = deadline.get().saturating_duration_since(sent);
+            let sent_on_lease_clock = inner.env.clock.lease_now();
+            let patience = deadline.remaining();
             let call = inner
                 .store
                 .heartbeat(&job.name, slot, lease.token, job.options.lease);

@@ -170,6 +170,9 @@ impl Signal {
 #[derive(Clone)]
 pub struct LeaseDeadline {
     nanos: Arc<AtomicU64>,
+    /// The clock it is kept on: the machine's lease clock unless an instance's seams give
+    /// another (a simulation's).
+    clock: Option<Arc<dyn crate::env::Clock>>,
 }
 
 fn base() -> Instant {
@@ -204,6 +207,11 @@ impl BootTime {
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     pub fn now() -> BootTime {
         BootTime::monotonic()
+    }
+
+    /// The reading `nanos` after the clock's start (a simulated lease clock's).
+    pub fn from_nanos(nanos: u64) -> BootTime {
+        BootTime(nanos)
     }
 
     fn monotonic() -> BootTime {
@@ -241,13 +249,36 @@ impl LeaseDeadline {
     pub fn at(at: BootTime) -> Self {
         LeaseDeadline {
             nanos: Arc::new(AtomicU64::new(at.0)),
+            clock: None,
         }
+    }
+
+    /// A deadline at a reading of `clock`'s lease clock, kept on that clock.
+    pub fn on_clock(at: BootTime, clock: Arc<dyn crate::env::Clock>) -> Self {
+        LeaseDeadline {
+            nanos: Arc::new(AtomicU64::new(at.0)),
+            clock: Some(clock),
+        }
+    }
+
+    /// Now, on the clock this deadline is kept on.
+    fn now(&self) -> BootTime {
+        match &self.clock {
+            Some(clock) => clock.lease_now(),
+            None => BootTime::now(),
+        }
+    }
+
+    /// How long until the deadline passes (zero once it has).
+    pub fn remaining(&self) -> Duration {
+        let at = self.nanos.load(Ordering::Acquire);
+        Duration::from_nanos(at.saturating_sub(self.now().0))
     }
 
     /// The deadline, as an instant of the monotonic clock (at or before now once it passed).
     pub fn get(&self) -> Instant {
         let at = self.nanos.load(Ordering::Acquire);
-        let (boot, mono) = (BootTime::now(), Instant::now());
+        let (boot, mono) = (self.now(), Instant::now());
         if at >= boot.0 {
             mono + Duration::from_nanos(at - boot.0)
         } else {
@@ -258,7 +289,7 @@ impl LeaseDeadline {
 
     /// Whether the deadline has passed, on the clock that runs through suspends.
     pub fn has_passed(&self) -> bool {
-        BootTime::now().0 >= self.nanos.load(Ordering::Acquire)
+        self.now().0 >= self.nanos.load(Ordering::Acquire)
     }
 
     /// Moves the deadline to `at` if that is later. A renewal measured from a [`BootTime`]

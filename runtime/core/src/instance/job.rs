@@ -1,24 +1,24 @@
 //! The per-job loop: catch-up on start, a claim at every slot, and the backups' checks.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rand::Rng;
+use tokio::time::Instant;
 
 use super::{attempt, lock, EventKind, Inner, Job};
 use crate::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Status, Token};
 use crate::store::StoreError;
 
 /// A random time in [heartbeat, 2 × heartbeat]: how long a backup waits between checks.
-pub(super) fn backup_delay(job: &Job) -> Duration {
+pub(super) fn backup_delay(inner: &Inner, job: &Job) -> Duration {
     let hb = job.options.heartbeat;
-    hb + hb.mul_f64(rand::rng().random_range(0.0..=1.0))
+    hb + hb.mul_f64(inner.env.entropy.unit())
 }
 
 /// The random wait before a catch-up claim: up to two heartbeats, at most 2 s.
-fn catch_up_jitter(job: &Job) -> Duration {
+fn catch_up_jitter(inner: &Inner, job: &Job) -> Duration {
     let max = (job.options.heartbeat * 2).min(Duration::from_secs(2));
-    max.mul_f64(rand::rng().random_range(0.0..1.0))
+    max.mul_f64(inner.env.entropy.unit())
 }
 
 /// Catch-up, then a claim at every slot until the instance stops.
@@ -91,7 +91,10 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
             return;
         }
     }
-    if inner.sleep_or_retired(job, catch_up_jitter(job)).await {
+    if inner
+        .sleep_or_retired(job, catch_up_jitter(inner, job))
+        .await
+    {
         return;
     }
     claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
@@ -125,7 +128,7 @@ pub(super) async fn claim_and_handle(
     slot: i64,
     kind: ClaimKind,
 ) {
-    claim_with(inner, job, slot, kind, Token::random()).await;
+    claim_with(inner, job, slot, kind, inner.token(), false).await;
 }
 
 /// [`claim_and_handle`] with a given token: a fresh one, or the token of a claim whose answer
@@ -133,12 +136,24 @@ pub(super) async fn claim_and_handle(
 /// timeout while the store fails over, a connection cut after the write); sent again with the
 /// same token it gets that win back, instead of finding its win held under a token it no longer
 /// knows and leaving the run unattended until that lease runs out.
-async fn claim_with(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, token: Token) {
+///
+/// A win got back so (`resent`) is as old as the lost claim's arrival, which this instance never
+/// saw: the store answers it with the lease that claim started, not one from this send. Its
+/// local deadline is therefore taken as passed, and the attempt renews its lease before the
+/// handler starts, as a claim answered late does.
+async fn claim_with(
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
+    slot: i64,
+    kind: ClaimKind,
+    token: Token,
+    resent: bool,
+) {
     if inner.is_stopping() {
         return;
     }
     let digest = job.handler.digest();
-    let sent = Instant::now();
+    let sent = inner.env.clock.lease_now();
     let request = ClaimRequest {
         job: &job.name,
         slot,
@@ -148,7 +163,15 @@ async fn claim_with(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKi
         digest: digest.as_deref(),
         options: &job.options,
     };
-    let outcome = match retry(inner, || inner.store.claim(&request)).await {
+    // Each send after the first follows one that failed, and a claim that failed on the way may
+    // still arrive: while it could, a skipped slot is watched for it (see below).
+    let mut sends = 0u32;
+    let outcome = match retry(inner, || {
+        sends += 1;
+        inner.store.claim(&request)
+    })
+    .await
+    {
         Ok(outcome) => outcome,
         Err(e @ StoreError::NotAcknowledged { .. }) => {
             // Won on a primary whose replicas do not hold the win: a failover could lose it and
@@ -203,6 +226,7 @@ async fn claim_with(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKi
             } else {
                 kind
             };
+            let sent = (!resent).then_some(sent);
             attempt::spawn(inner.clone(), job.clone(), slot, lease, reason, sent);
         }
         ClaimOutcome::Running { attempt, .. } => {
@@ -214,7 +238,18 @@ async fn claim_with(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKi
         ClaimOutcome::Overlap { blocking_slot } => {
             inner.emit(EventKind::Skip, name, slot, None, "overlap");
             spawn_watch(inner, job, blocking_slot, ClaimKind::Takeover);
-            spawn_watch_skipped(inner, job, slot, blocking_slot);
+            // An earlier send of this claim that went unanswered may still arrive after the
+            // blocking run ended and win the slot for a token nobody runs: until it would be
+            // too late to, the slot stays watched.
+            let in_flight = (resent || sends > 1).then(|| InFlight {
+                until: slot
+                    + crate::lease::millis(
+                        job.options.lateness_limit(kind) + 2 * job.options.heartbeat,
+                    ),
+                token,
+                kind,
+            });
+            spawn_watch_skipped(inner, job, slot, blocking_slot, in_flight);
         }
         ClaimOutcome::Late => inner.emit(EventKind::Late, name, slot, None, kind.as_str()),
         ClaimOutcome::Superseded { .. } => {
@@ -251,11 +286,12 @@ fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend:
     if !lock(&inner.watched).insert((job.name.clone(), slot)) {
         return;
     }
-    let inner = inner.clone();
+    let task_inner = inner.clone();
     let job = job.clone();
-    tokio::spawn(async move {
+    inner.spawn(async move {
+        let inner = task_inner;
         let key = (job.name.clone(), slot);
-        let stopping = inner.sleep_or_stop(backup_delay(&job)).await;
+        let stopping = inner.sleep_or_stop(backup_delay(&inner, &job)).await;
         // Let go of the watch before the claim: the claim, or the attempt it wins, arms the
         // next one.
         lock(&inner.watched).remove(&key);
@@ -275,22 +311,44 @@ fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend:
             &job,
             slot,
             kind,
-            resend.unwrap_or_else(Token::random),
+            resend.unwrap_or_else(|| inner.token()),
+            resend.is_some(),
         )
         .await;
     });
 }
 
+/// A claim of this instance's that went unanswered and may still arrive.
+#[derive(Clone, Copy)]
+struct InFlight {
+    /// After this (store clock, ms, with two heartbeats to spare) the store answers it late.
+    until: i64,
+    /// Its token.
+    token: Token,
+    /// Its kind.
+    kind: ClaimKind,
+}
+
 /// Keeps an eye on a slot skipped as an overlap: if another instance claims it after the
 /// earlier run ended, this instance becomes its backup; once a newer slot of the job has
-/// started, there is nothing left to watch.
-fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: i64) {
-    let inner = inner.clone();
+/// started, there is nothing left to watch. Once the blocking run has ended and the slot has
+/// no run, the watch ends, unless a claim of this instance's may still arrive: then it goes on
+/// until the store would answer it late, and should it win, the claim is sent again with its
+/// token so this instance gets its win back and runs it.
+fn spawn_watch_skipped(
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
+    slot: i64,
+    blocking: i64,
+    in_flight: Option<InFlight>,
+) {
+    let task_inner = inner.clone();
     let job = job.clone();
-    tokio::spawn(async move {
+    inner.spawn(async move {
+        let inner = task_inner;
         let mut blocking_ended = false;
         loop {
-            if inner.sleep_or_stop(backup_delay(&job)).await {
+            if inner.sleep_or_stop(backup_delay(&inner, &job)).await {
                 return;
             }
             // A newer slot has started: a claim of this one could only be superseded, and
@@ -302,6 +360,16 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
                 return;
             };
             match inner.observed(inner.store.get(&job.name, slot)).await {
+                Ok(Some(run))
+                    if run.status == Status::Running
+                        && in_flight.is_some_and(|f| f.token == run.token) =>
+                {
+                    // Our claim that went unanswered arrived after all: get the win back.
+                    if let Some(f) = in_flight {
+                        watch(&inner, &job, slot, f.kind, Some(f.token));
+                    }
+                    return;
+                }
                 Ok(Some(run)) if run.status == Status::Running => {
                     inner.emit(
                         EventKind::Backup,
@@ -314,7 +382,11 @@ fn spawn_watch_skipped(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, blocking: 
                     return;
                 }
                 Ok(Some(_)) => return,
-                Ok(None) if blocking_ended => return,
+                Ok(None)
+                    if blocking_ended && in_flight.is_none_or(|f| inner.clock.now() > f.until) =>
+                {
+                    return
+                }
                 Ok(None) => {}
                 Err(e) if e.is_retryable() => {}
                 Err(e) => tracing::warn!(job = %job.name, slot, error = %e, "check failed"),

@@ -4,13 +4,19 @@
 //!
 //! The lease engine (claims, heartbeats, timers) runs on a runtime of its own, so a busy
 //! handler can never delay a heartbeat; handlers run on the runtime that started the instance.
+//! Its clocks, randomness and runtime are the seams of [`Env`](crate::env::Env): a simulation
+//! runs the same code on paused time with one seed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::time::Instant;
+
+use crate::env::{Clock, Env};
 
 use crate::lease::{LeaseOptions, OptionsError};
 use crate::schedule::Schedule;
@@ -111,23 +117,17 @@ struct ActiveAttempt {
 /// The store's clock as this host estimates it: its own clock plus a measured offset, so slots
 /// fall due by the store's time, whatever this host's clock says.
 struct StoreClock {
+    clock: Arc<dyn Clock>,
     offset_ms: AtomicI64,
-}
-
-fn system_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 impl StoreClock {
     fn now(&self) -> i64 {
-        system_ms() + self.offset_ms.load(Ordering::Relaxed)
+        self.clock.wall_ms() + self.offset_ms.load(Ordering::Relaxed)
     }
 
     async fn sync(&self, store: &dyn Store) -> Result<(), StoreError> {
-        let before = system_ms();
+        let before = self.clock.wall_ms();
         let t0 = Instant::now();
         let store_now = store.now().await?;
         let half_trip = i64::try_from(t0.elapsed().as_millis() / 2).unwrap_or(0);
@@ -144,7 +144,7 @@ pub(crate) struct Inner {
     events: broadcast::Sender<Event>,
     stopping: AtomicBool,
     stop_notify: Notify,
-    attempts: Mutex<HashMap<(String, i64), ActiveAttempt>>,
+    attempts: Mutex<BTreeMap<(String, i64), ActiveAttempt>>,
     attempt_ended: Notify,
     watched: Mutex<HashSet<(String, i64)>>,
     /// The newest slot of each job this instance has seen started (a claim answered won,
@@ -156,6 +156,13 @@ pub(crate) struct Inner {
     /// Woken whenever a job is replaced or removed.
     retired: Notify,
     work: tokio::runtime::Handle,
+    /// Where the lease engine's tasks run.
+    engine: tokio::runtime::Handle,
+    /// Set once the instance stops or is dropped, when its tasks share a runtime with others:
+    /// every task it spawned ends at its next await.
+    kill: watch::Sender<bool>,
+    /// The instance's seams: clocks, randomness, runtime.
+    env: Env,
     clock: StoreClock,
     /// What this instance counted: every event, and each heartbeat's latency.
     metrics: Arc<crate::metrics::Metrics>,
@@ -182,6 +189,29 @@ impl Inner {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// Spawns one of the lease engine's tasks (see [`Env::own_runtime`]).
+    fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if self.env.own_runtime {
+            return self.engine.spawn(task);
+        }
+        let mut killed = self.kill.subscribe();
+        self.engine.spawn(async move {
+            tokio::select! {
+                biased;
+                _ = killed.wait_for(|k| *k) => {}
+                _ = task => {}
+            }
+        })
+    }
+
+    /// A fresh claim token.
+    fn token(&self) -> crate::lease::Token {
+        self.env.entropy.token()
+    }
+
     /// Sleeps for `d`, or until stop begins; returns whether the instance is stopping.
     async fn sleep_or_stop(&self, d: Duration) -> bool {
         let stopped = self.stop_notify.notified();
@@ -189,8 +219,9 @@ impl Inner {
             return true;
         }
         tokio::select! {
-            _ = tokio::time::sleep(d) => self.is_stopping(),
+            biased;
             _ = stopped => true,
+            _ = tokio::time::sleep(d) => self.is_stopping(),
         }
     }
 
@@ -228,14 +259,15 @@ impl Inner {
     /// Sleeps for `d`, or until stop begins or `job` is replaced or removed; returns whether
     /// the loop of this version of the job must end.
     async fn sleep_or_retired(&self, job: &Arc<Job>, d: Duration) -> bool {
-        let until = tokio::time::Instant::now() + d;
+        let until = Instant::now() + d;
         loop {
             let retired = self.retired.notified();
             if !self.is_current(job) {
                 return true;
             }
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let left = until.saturating_duration_since(Instant::now());
             tokio::select! {
+                biased;
                 stopping = self.sleep_or_stop(left) => return stopping || !self.is_current(job),
                 _ = retired => {}
             }
@@ -318,7 +350,10 @@ impl Inner {
 /// A running instance. Dropping it without [`Instance::stop`] stops renewing every lease at once.
 pub struct Instance {
     inner: Arc<Inner>,
+    /// The lease engine's own runtime, when it has one ([`Env::own_runtime`]).
     engine: Mutex<Option<tokio::runtime::Runtime>>,
+    /// Set once the instance stopped: it takes no more jobs.
+    stopped: AtomicBool,
     /// The receiver made before the jobs started, for the first subscriber.
     first_events: Mutex<Option<broadcast::Receiver<Event>>>,
 }
@@ -341,18 +376,7 @@ impl Instance {
     where
         L: FnOnce(Arc<dyn Store>) -> Arc<dyn Store> + Send + 'static,
     {
-        let mut names = HashSet::new();
-        for job in &jobs {
-            job.options
-                .validate()
-                .map_err(|source| InstanceError::Options {
-                    job: job.name.clone(),
-                    source,
-                })?;
-            if !names.insert(job.name.clone()) {
-                return Err(InstanceError::DuplicateJob(job.name.clone()));
-            }
-        }
+        check_jobs(&jobs)?;
         let engine = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("baton-lease")
@@ -362,14 +386,7 @@ impl Instance {
         let url = config.store_url.clone();
         let namespace = config.namespace.clone();
         let opened = engine
-            .spawn(async move {
-                let store = layer(store::open(&url, &namespace).await?);
-                let clock = StoreClock {
-                    offset_ms: AtomicI64::new(0),
-                };
-                clock.sync(&*store).await?;
-                Ok::<_, StoreError>((store, clock))
-            })
+            .spawn(async move { Ok::<_, StoreError>(layer(store::open(&url, &namespace).await?)) })
             .await;
         let opened = opened.unwrap_or_else(|join| {
             Err(StoreError::Backend {
@@ -377,28 +394,100 @@ impl Instance {
                 source: join.into(),
             })
         });
-        let (store, clock) = match opened {
-            Ok(opened) => opened,
+        let store = match opened {
+            Ok(store) => store,
             Err(e) => {
                 // Dropping a runtime inside another one panics: let it wind down on its own.
                 engine.shutdown_background();
                 return Err(InstanceError::Store(e));
             }
         };
+        Instance::launch(store, config.runner, jobs, Env::default(), Some(engine)).await
+    }
+
+    /// Starts an instance on a store already open, with the given seams: what a simulation
+    /// does, with [`Env::simulated`], for several instances on one store in one process.
+    pub async fn start_on(
+        store: Arc<dyn Store>,
+        runner: impl Into<String>,
+        jobs: Vec<Job>,
+        env: Env,
+    ) -> Result<Instance, InstanceError> {
+        check_jobs(&jobs)?;
+        let engine = if env.own_runtime {
+            Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("baton-lease")
+                    .enable_all()
+                    .build()
+                    .map_err(InstanceError::Runtime)?,
+            )
+        } else {
+            None
+        };
+        Instance::launch(store, runner.into(), jobs, env, engine).await
+    }
+
+    /// Measures the store's clock, then starts the loops: on `engine` if given, else on the
+    /// runtime this is called on.
+    async fn launch(
+        store: Arc<dyn Store>,
+        runner: String,
+        jobs: Vec<Job>,
+        env: Env,
+        engine: Option<tokio::runtime::Runtime>,
+    ) -> Result<Instance, InstanceError> {
+        let handle = match &engine {
+            Some(rt) => rt.handle().clone(),
+            None => tokio::runtime::Handle::current(),
+        };
+        let synced = {
+            let store = store.clone();
+            let clock = StoreClock {
+                clock: env.clock.clone(),
+                offset_ms: AtomicI64::new(0),
+            };
+            handle
+                .spawn(async move { clock.sync(&*store).await.map(|()| clock) })
+                .await
+        };
+        let clock = match synced {
+            Ok(Ok(clock)) => clock,
+            Ok(Err(e)) => {
+                // Dropping a runtime inside another one panics: let it wind down on its own.
+                if let Some(engine) = engine {
+                    engine.shutdown_background();
+                }
+                return Err(InstanceError::Store(e));
+            }
+            Err(join) => {
+                if let Some(engine) = engine {
+                    engine.shutdown_background();
+                }
+                return Err(InstanceError::Store(StoreError::Backend {
+                    store: "the store".into(),
+                    source: join.into(),
+                }));
+            }
+        };
         let (events, first_events) = broadcast::channel(EVENT_BUFFER);
         let inner = Arc::new(Inner {
             store,
-            runner: config.runner,
+            runner,
             events,
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
-            attempts: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(BTreeMap::new()),
             attempt_ended: Notify::new(),
             watched: Mutex::new(HashSet::new()),
             newest_started: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
+            engine: handle,
+            kill: watch::Sender::new(false),
+            env,
             clock,
             metrics: Arc::new(crate::metrics::Metrics::new()),
             outage: Mutex::new(None),
@@ -406,12 +495,13 @@ impl Instance {
         for job in jobs {
             let job = Arc::new(job);
             lock(&inner.jobs).insert(job.name.clone(), job.clone());
-            engine.spawn(job::job_loop(inner.clone(), job));
+            inner.spawn(job::job_loop(inner.clone(), job));
         }
-        engine.spawn(resync_clock(inner.clone()));
+        inner.spawn(resync_clock(inner.clone()));
         Ok(Instance {
             inner,
-            engine: Mutex::new(Some(engine)),
+            engine: Mutex::new(engine),
+            stopped: AtomicBool::new(false),
             first_events: Mutex::new(Some(first_events)),
         })
     }
@@ -434,14 +524,13 @@ impl Instance {
                 job: job.name.clone(),
                 source,
             })?;
-        let engine = lock(&self.engine);
-        let Some(engine) = engine.as_ref() else {
+        if self.stopped.load(Ordering::Acquire) {
             return Err(InstanceError::Stopped);
-        };
+        }
         let job = Arc::new(job);
         lock(&self.inner.jobs).insert(job.name.clone(), job.clone());
         self.inner.retired.notify_waiters();
-        engine.spawn(job::job_loop(self.inner.clone(), job));
+        self.inner.spawn(job::job_loop(self.inner.clone(), job));
         Ok(())
     }
 
@@ -480,11 +569,11 @@ impl Instance {
     /// a job paused with `--stop` to stop. Off until called, so an instance that only runs its
     /// schedule sends nothing more; a pause holds either way, since the claim reads it.
     pub fn watch_operations(&self, every: Duration) -> Result<(), InstanceError> {
-        let engine = lock(&self.engine);
-        let Some(engine) = engine.as_ref() else {
+        if self.stopped.load(Ordering::Acquire) {
             return Err(InstanceError::Stopped);
-        };
-        engine.spawn(operations::watch(self.inner.clone(), every));
+        }
+        self.inner
+            .spawn(operations::watch(self.inner.clone(), every));
         Ok(())
     }
 
@@ -548,12 +637,22 @@ impl Instance {
                 }
             }
         }
-        if let Some(engine) = lock(&self.engine).take() {
-            engine.shutdown_background();
-        }
+        self.end_tasks();
         StopReport {
             ended: started.saturating_sub(abandoned),
             abandoned,
+        }
+    }
+}
+
+impl Instance {
+    /// Ends every task of the lease engine: its runtime goes, or, on a shared runtime, each
+    /// task ends at its next await.
+    fn end_tasks(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.inner.kill.send_replace(true);
+        if let Some(engine) = lock(&self.engine).take() {
+            engine.shutdown_background();
         }
     }
 }
@@ -562,10 +661,25 @@ impl Drop for Instance {
     fn drop(&mut self) {
         self.inner.stopping.store(true, Ordering::Release);
         self.inner.stop_notify.notify_waiters();
-        if let Some(engine) = lock(&self.engine).take() {
-            engine.shutdown_background();
+        self.end_tasks();
+    }
+}
+
+/// Checks each job's options, and that no two have one name.
+fn check_jobs(jobs: &[Job]) -> Result<(), InstanceError> {
+    let mut names = HashSet::new();
+    for job in jobs {
+        job.options
+            .validate()
+            .map_err(|source| InstanceError::Options {
+                job: job.name.clone(),
+                source,
+            })?;
+        if !names.insert(job.name.clone()) {
+            return Err(InstanceError::DuplicateJob(job.name.clone()));
         }
     }
+    Ok(())
 }
 
 /// Re-measures the store clock's offset every minute.

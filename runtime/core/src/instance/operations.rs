@@ -77,9 +77,9 @@ fn act(inner: &Arc<Inner>, op: &Operation) {
         Action::Triggered => {
             let slot = op.slot.unwrap_or(op.at);
             inner.emit(EventKind::Triggered, name, slot, None, &by(op));
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                job::claim_and_handle(&inner, &job, slot, ClaimKind::Manual).await;
+            let task_inner = inner.clone();
+            inner.spawn(async move {
+                job::claim_and_handle(&task_inner, &job, slot, ClaimKind::Manual).await;
             });
         }
     }

@@ -108,6 +108,18 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     /// Calls onto the file: see [`Store::round_trips`].
     round_trips: AtomicU64,
+    /// The store's clock (µs since the Unix epoch) when it is not the machine's: a simulated
+    /// store's, read inside each call's transaction as the machine's would be. Calls then run
+    /// on the caller's thread, in the order they are made.
+    simulated_clock: Option<SimulatedClock>,
+}
+
+/// A store clock given from outside, µs since the Unix epoch (see [`SqliteStore::simulated`]).
+pub type SimulatedClock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+thread_local! {
+    /// The clock of the simulated store whose call runs on this thread now, if any.
+    static CALL_CLOCK: std::cell::RefCell<Option<SimulatedClock>> = const { std::cell::RefCell::new(None) };
 }
 
 impl SqliteStore {
@@ -140,6 +152,22 @@ impl SqliteStore {
             namespace: namespace.into(),
             conn: Arc::new(Mutex::new(conn)),
             round_trips: AtomicU64::new(0),
+            simulated_clock: None,
+        })
+    }
+
+    /// A store in a private in-memory database whose clock is `clock` (µs since the Unix
+    /// epoch): the store of the deterministic simulation. Its calls run at once on the
+    /// caller's thread, so their order is the order they are made in, and their times are
+    /// `clock`'s, read inside the transaction as the machine's clock is for a file.
+    pub fn simulated(namespace: &str, clock: SimulatedClock) -> Result<Self, StoreError> {
+        let conn = open_blocking(":memory:", BUSY_TIMEOUT)?;
+        Ok(SqliteStore {
+            path: ":memory:".into(),
+            namespace: namespace.into(),
+            conn: Arc::new(Mutex::new(conn)),
+            round_trips: AtomicU64::new(0),
+            simulated_clock: Some(clock),
         })
     }
 
@@ -153,6 +181,12 @@ impl SqliteStore {
         let namespace = self.namespace.clone();
         let path = self.path.clone();
         self.round_trips.fetch_add(1, Ordering::Relaxed);
+        if let Some(clock) = &self.simulated_clock {
+            CALL_CLOCK.with(|c| *c.borrow_mut() = Some(clock.clone()));
+            let result = f(&mut lock(&conn), &namespace).map_err(|e| map_error(&path, e));
+            CALL_CLOCK.with(|c| *c.borrow_mut() = None);
+            return result;
+        }
         tokio::task::spawn_blocking(move || {
             let mut guard = lock(&conn);
             f(&mut guard, &namespace).map_err(|e| map_error(&path, e))
@@ -293,6 +327,9 @@ fn clock_ms() -> i64 {
 /// The store's clock for SQLite in microseconds since the Unix epoch (see [`clock_ms`]): the
 /// floor of a new fence ([`next_fence`](crate::lease::next_fence)).
 fn clock_us() -> i64 {
+    if let Some(simulated) = CALL_CLOCK.with(|c| c.borrow().as_ref().map(|clock| clock())) {
+        return simulated;
+    }
     #[cfg(target_os = "linux")]
     {
         let mut now = libc::timespec {
@@ -580,7 +617,10 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> Result<i64, StoreError> {
-        Ok(clock_ms())
+        match &self.simulated_clock {
+            Some(clock) => Ok(clock().div_euclid(1_000)),
+            None => Ok(clock_ms()),
+        }
     }
 
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {

@@ -1,0 +1,179 @@
+//! The seams between the lease engine and the world: the wall clock, the lease clock, the
+//! randomness it draws, and where its tasks run.
+//!
+//! In production an instance reads the machine's clocks, draws from the operating system's
+//! random source, and runs its lease engine on a runtime of its own ([`Env::default`]). The
+//! deterministic simulation gives it clocks that follow tokio's paused time, a seeded random
+//! source, and the runtime it was started on ([`Env::simulated`]), so that one seed decides
+//! every choice of a run and the run replays exactly. Sleeping needs no seam of its own: the
+//! instance sleeps on tokio's timer, which a simulation pauses and advances.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::{Rng, SeedableRng};
+
+use crate::instance::BootTime;
+use crate::lease::Token;
+
+/// Where an instance reads the time.
+pub trait Clock: Send + Sync + 'static {
+    /// The wall clock: ms since the Unix epoch. Slots fall due by it, corrected by the offset to
+    /// the store's clock the instance measures.
+    fn wall_ms(&self) -> i64;
+    /// The clock lease deadlines are kept on: one that keeps running while the machine is
+    /// suspended.
+    fn lease_now(&self) -> BootTime;
+}
+
+/// Where an instance draws its random choices: backup delays, catch-up jitter, tokens.
+pub trait Entropy: Send + Sync + 'static {
+    /// A number in [0, 1).
+    fn unit(&self) -> f64;
+    /// A fresh claim token.
+    fn token(&self) -> Token;
+}
+
+/// The machine's clocks: `SystemTime` and `CLOCK_BOOTTIME`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn wall_ms(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+
+    fn lease_now(&self) -> BootTime {
+        BootTime::now()
+    }
+}
+
+/// The operating system's random source.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn unit(&self) -> f64 {
+        rand::rng().random_range(0.0..1.0)
+    }
+
+    fn token(&self) -> Token {
+        Token::random()
+    }
+}
+
+/// A random source that one seed decides.
+#[derive(Debug)]
+pub struct SeededEntropy {
+    rng: Mutex<rand::rngs::StdRng>,
+}
+
+impl SeededEntropy {
+    /// The source of `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededEntropy {
+            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+        }
+    }
+}
+
+impl Entropy for SeededEntropy {
+    fn unit(&self) -> f64 {
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        rng.random_range(0.0..1.0)
+    }
+
+    fn token(&self) -> Token {
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        Token::from_bytes(rng.random())
+    }
+}
+
+/// A clock that follows tokio's time (paused and advanced by a simulation), started at a given
+/// wall-clock instant, with an offset a simulation may change (a node's clock off by minutes).
+#[derive(Debug)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+    start_wall_ms: i64,
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl TokioClock {
+    /// A clock that reads `start_wall_ms` now. Call it inside the runtime whose time it follows.
+    pub fn new(start_wall_ms: i64) -> Self {
+        TokioClock {
+            start: tokio::time::Instant::now(),
+            start_wall_ms,
+            offset_ms: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+
+    /// Sets how far this clock's wall time is ahead of true time (negative: behind).
+    pub fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms
+            .store(offset_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn elapsed_ms(&self) -> i64 {
+        i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl Clock for TokioClock {
+    fn wall_ms(&self) -> i64 {
+        self.start_wall_ms
+            + self.elapsed_ms()
+            + self.offset_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn lease_now(&self) -> BootTime {
+        BootTime::from_nanos(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// An instance's seams. Defaults to production: the machine's clocks, the operating system's
+/// randomness, and a runtime of the instance's own for the lease engine.
+#[derive(Clone)]
+pub struct Env {
+    /// The clocks.
+    pub clock: Arc<dyn Clock>,
+    /// The randomness.
+    pub entropy: Arc<dyn Entropy>,
+    /// Whether the lease engine runs on a runtime of its own (so a busy handler can never delay
+    /// a heartbeat). When false, it runs on the runtime that started the instance, and stopping
+    /// or dropping the instance cancels its tasks there.
+    pub own_runtime: bool,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env {
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            own_runtime: true,
+        }
+    }
+}
+
+impl Env {
+    /// The seams of a simulated node: `clock`, randomness from `seed`, and the runtime that
+    /// starts the instance.
+    pub fn simulated(clock: Arc<dyn Clock>, seed: u64) -> Self {
+        Env {
+            clock,
+            entropy: Arc::new(SeededEntropy::new(seed)),
+            own_runtime: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("own_runtime", &self.own_runtime)
+            .finish_non_exhaustive()
+    }
+}

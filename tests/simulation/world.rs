@@ -1,0 +1,377 @@
+//! One simulated schedule: a store, three nodes running the real `Instance` with a native
+//! handler, and the faults one seed draws, all in one thread on tokio's paused time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_core::env::{Clock, Env, TokioClock};
+use baton_core::instance::{handler_fn, Event, Instance, Job, RunContext};
+use baton_core::lease::{LeaseOptions, Run};
+use baton_core::schedule::Schedule;
+use baton_core::store::sqlite::SqliteStore;
+use baton_core::store::Store;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::faults::FaultyStore;
+
+/// The wall-clock instant every schedule starts at (2026-01-01T00:00:00Z), ms.
+pub const START_MS: i64 = 1_767_225_600_000;
+
+/// How long a schedule runs, simulated: 5 minutes.
+pub const LENGTH: Duration = Duration::from_secs(300);
+
+/// Faults strike only before this (simulated); the rest is quiet, so every run must end.
+pub const FAULTS_UNTIL: Duration = Duration::from_secs(210);
+
+/// The nodes of every schedule.
+pub const NODES: [&str; 3] = ["n1", "n2", "n3"];
+
+/// The jobs: a short one every 15 s, and one every 20 s that may run past its next slot (so
+/// overlaps are skipped).
+pub fn jobs() -> Vec<(&'static str, &'static str, u64)> {
+    vec![
+        ("short", "*/15 * * * * *", 4),
+        ("long", "*/20 * * * * *", 26),
+    ]
+}
+
+/// The lease options of every job: a 6 s lease, renewed every second.
+pub fn options() -> LeaseOptions {
+    LeaseOptions::with_lease(Duration::from_secs(6))
+}
+
+/// Something a handler did, as the host would let it: each step checked against the lease
+/// deadline and the signal, as the host's fence checks each side effect.
+#[derive(Clone, Debug)]
+pub struct Effect {
+    /// Simulated ms since the start.
+    pub at_ms: i64,
+    /// The node.
+    pub node: String,
+    /// The job.
+    pub job: String,
+    /// The slot.
+    pub slot: i64,
+    /// The attempt.
+    pub attempt: u32,
+    /// Its fence.
+    pub fence: u64,
+}
+
+/// The schedule's history: every event, effect and fault, in the order they happened.
+#[derive(Clone)]
+pub struct History {
+    start: Instant,
+    lines: Arc<Mutex<Vec<String>>>,
+    effects: Arc<Mutex<Vec<Effect>>>,
+}
+
+impl History {
+    fn new() -> Self {
+        History {
+            start: Instant::now(),
+            lines: Arc::default(),
+            effects: Arc::default(),
+        }
+    }
+
+    /// Simulated ms since the start.
+    pub fn now_ms(&self) -> i64 {
+        i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Writes a line of the history.
+    pub fn note(&self, line: String) {
+        let at = self.now_ms();
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{at:>7} {line}"));
+    }
+
+    fn effect(&self, node: &str, ctx: &RunContext) {
+        let effect = Effect {
+            at_ms: self.now_ms(),
+            node: node.to_owned(),
+            job: ctx.job.clone(),
+            slot: ctx.slot,
+            attempt: ctx.attempt,
+            fence: ctx.fence,
+        };
+        self.note(format!(
+            "{node} effect {} {} attempt {} fence {}",
+            ctx.job, ctx.slot, ctx.attempt, ctx.fence
+        ));
+        self.effects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(effect);
+    }
+
+    fn event(&self, event: Event) {
+        self.note(format!(
+            "{} {} {} {} attempt {:?} {}",
+            event.runner,
+            event.kind.as_str(),
+            event.job,
+            event.slot,
+            event.attempt,
+            event.reason
+        ));
+    }
+}
+
+/// Spans of simulated time (ms since the start) in which the store is out of reach.
+#[derive(Debug, Default)]
+pub struct Spans(Vec<(i64, i64)>);
+
+impl Spans {
+    /// Whether `at` falls in a span.
+    pub fn contains(&self, at: i64) -> bool {
+        self.0.iter().any(|(from, to)| (*from..*to).contains(&at))
+    }
+
+    /// When the last span ends (0 if none).
+    pub fn last_end(&self) -> i64 {
+        self.0.iter().map(|(_, to)| *to).max().unwrap_or(0)
+    }
+}
+
+/// What a finished schedule leaves for the checker.
+pub struct Outcome {
+    /// The history, one line per event, effect and fault.
+    pub lines: Vec<String>,
+    /// What the handlers did.
+    pub effects: Vec<Effect>,
+    /// Every run of every job in the store at the end.
+    pub runs: Vec<Run>,
+    /// When (simulated ms) the last fault of any kind ended.
+    pub quiet_from: i64,
+}
+
+/// A node's fault: it crashes (its process is gone at once: no release, no finish) or stops
+/// with hand-over, at `at`, and starts again `down` later with its clock off by `skew_ms`.
+#[derive(Clone, Copy, Debug)]
+struct NodeFault {
+    node: usize,
+    at: Duration,
+    crash: bool,
+    down: Duration,
+    skew_ms: i64,
+}
+
+/// A node: its instance while it is up, and the flag its handlers watch (a crashed process runs
+/// no code, so its handlers stop).
+struct Node {
+    name: &'static str,
+    instance: Option<Instance>,
+    alive: Arc<AtomicBool>,
+}
+
+/// Runs the schedule of `seed` to its end and returns what happened.
+pub fn run(seed: u64) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime for the simulation");
+    runtime.block_on(simulate(seed))
+}
+
+async fn simulate(seed: u64) -> Outcome {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let history = History::new();
+    let store_clock = Arc::new(TokioClock::new(START_MS));
+    let store: Arc<dyn Store> = {
+        let clock = store_clock.clone();
+        Arc::new(
+            SqliteStore::simulated("sim", Arc::new(move || clock.wall_ms() * 1_000))
+                .expect("the simulated store opens"),
+        )
+    };
+    // The faults this seed draws: store outages, the rates of request faults, node faults.
+    let mut outages = Vec::new();
+    for _ in 0..rng.random_range(0..=2) {
+        let from = rng.random_range(5_000..FAULTS_UNTIL.as_millis() as i64 - 30_000);
+        outages.push((from, from + rng.random_range(500..25_000)));
+    }
+    let outages = Arc::new(Spans(outages));
+    let rates = [
+        rng.random_range(0..=30),
+        rng.random_range(0..=30),
+        rng.random_range(0..=15),
+        rng.random_range(0..=40),
+    ];
+    let mut node_faults = Vec::new();
+    for _ in 0..rng.random_range(0..=4) {
+        let at = Duration::from_millis(
+            rng.random_range(2_000..FAULTS_UNTIL.as_millis() as u64 - 40_000),
+        );
+        node_faults.push(NodeFault {
+            node: rng.random_range(0..NODES.len()),
+            at,
+            crash: rng.random_bool(0.6),
+            down: Duration::from_millis(rng.random_range(100..30_000)),
+            skew_ms: rng.random_range(-300_000..=300_000),
+        });
+    }
+    node_faults.sort_by_key(|f| f.at);
+    history.note(format!(
+        "seed {seed}: outages {:?}, rates (lost, answer lost, delayed, slow per mille) {rates:?}, node faults {node_faults:?}",
+        outages.0
+    ));
+    let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(rng.random())));
+    let mut nodes: Vec<Node> = Vec::new();
+    for name in NODES {
+        let mut node = Node {
+            name,
+            instance: None,
+            alive: Arc::new(AtomicBool::new(false)),
+        };
+        start(&mut node, &store, &rng, &outages, &history, rates, 0).await;
+        nodes.push(node);
+    }
+    let started = Instant::now();
+    let mut quiet_from = outages.last_end();
+    for fault in node_faults {
+        tokio::time::sleep_until(started + fault.at).await;
+        let node = &mut nodes[fault.node];
+        let Some(instance) = node.instance.take() else {
+            continue;
+        };
+        if fault.crash {
+            history.note(format!("{} crashes", node.name));
+            node.alive.store(false, Ordering::Release);
+            drop(instance);
+        } else {
+            history.note(format!("{} stops with hand-over", node.name));
+            instance.stop(Duration::from_secs(2)).await;
+            node.alive.store(false, Ordering::Release);
+            drop(instance);
+        }
+        tokio::time::sleep(fault.down).await;
+        start(node, &store, &rng, &outages, &history, rates, fault.skew_ms).await;
+        quiet_from = quiet_from.max(history.now_ms());
+    }
+    tokio::time::sleep_until(started + LENGTH).await;
+    for node in &mut nodes {
+        if let Some(instance) = node.instance.take() {
+            instance.stop(Duration::from_secs(5)).await;
+        }
+        node.alive.store(false, Ordering::Release);
+    }
+    let mut runs = Vec::new();
+    for (job, _, _) in jobs() {
+        runs.extend(
+            store
+                .history(job, 1_000)
+                .await
+                .expect("the store's history"),
+        );
+    }
+    let lines = std::mem::take(&mut *history.lines.lock().unwrap_or_else(|p| p.into_inner()));
+    let effects = std::mem::take(&mut *history.effects.lock().unwrap_or_else(|p| p.into_inner()));
+    Outcome {
+        lines,
+        effects,
+        runs,
+        quiet_from: quiet_from.max(FAULTS_UNTIL.as_millis() as i64 - 40_000),
+    }
+}
+
+/// Starts (or restarts) a node's instance, its clock off by `skew_ms`, retrying while the store
+/// is out of reach as a supervisor would restart the process.
+async fn start(
+    node: &mut Node,
+    store: &Arc<dyn Store>,
+    rng: &Arc<Mutex<StdRng>>,
+    outages: &Arc<Spans>,
+    history: &History,
+    rates: [u32; 4],
+    skew_ms: i64,
+) {
+    let alive = Arc::new(AtomicBool::new(true));
+    node.alive = alive.clone();
+    let jobs = jobs()
+        .into_iter()
+        .map(|(name, cron, max_steps)| {
+            let alive = alive.clone();
+            let history = history.clone();
+            let rng = rng.clone();
+            let runner = node.name;
+            Job {
+                name: name.to_owned(),
+                schedule: Schedule::parse(cron, "UTC").expect("a valid schedule"),
+                options: options(),
+                handler: handler_fn(move |ctx: RunContext| {
+                    let (alive, history) = (alive.clone(), history.clone());
+                    let steps = rng
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .random_range(1..=max_steps);
+                    async move { work(runner, ctx, steps, &alive, &history).await }
+                }),
+            }
+        })
+        .collect::<Vec<_>>();
+    loop {
+        let clock = Arc::new(TokioClock::new(START_MS));
+        clock.set_offset_ms(skew_ms);
+        let seed = rng.lock().unwrap_or_else(|p| p.into_inner()).random();
+        let faulty: Arc<dyn Store> = Arc::new(FaultyStore::new(
+            store.clone(),
+            node.name,
+            rng.clone(),
+            outages.clone(),
+            history.clone(),
+            rates,
+        ));
+        match Instance::start_on(faulty, node.name, jobs.clone(), Env::simulated(clock, seed)).await
+        {
+            Ok(instance) => {
+                let mut events = instance.subscribe();
+                let forward = history.clone();
+                tokio::spawn(async move {
+                    while let Ok(event) = events.recv().await {
+                        forward.event(event);
+                    }
+                });
+                history.note(format!("{} starts, clock off by {skew_ms} ms", node.name));
+                node.instance = Some(instance);
+                return;
+            }
+            Err(e) => {
+                history.note(format!("{} cannot start: {e}", node.name));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// The native handler: `steps` steps of a second, each one side effect, which the host would
+/// refuse once the lease deadline passed or the signal aborted.
+async fn work(
+    node: &str,
+    ctx: RunContext,
+    steps: u64,
+    alive: &AtomicBool,
+    history: &History,
+) -> Result<(), String> {
+    for _ in 0..steps {
+        if !alive.load(Ordering::Acquire) {
+            return Err("the process is gone".into());
+        }
+        if ctx.signal.is_aborted() {
+            return Err("aborted".into());
+        }
+        if ctx.deadline.has_passed() {
+            return Err("fenced".into());
+        }
+        history.effect(node, &ctx);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
