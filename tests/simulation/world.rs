@@ -152,13 +152,24 @@ pub struct Outcome {
     pub quiet_from: i64,
 }
 
-/// A node's fault: it crashes (its process is gone at once: no release, no finish) or stops
-/// with hand-over, at `at`, and starts again `down` later with its clock off by `skew_ms`.
+/// What happens to a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeFaultKind {
+    /// Its process is gone at once: no release, no finish.
+    Crash,
+    /// It stops with hand-over.
+    Stop,
+    /// Its process is frozen (`SIGSTOP`): nothing of it runs, time goes on; then it wakes.
+    Freeze,
+}
+
+/// A node's fault at `at`: after `down`, a crashed or stopped node starts again with its clock
+/// off by `skew_ms`, and a frozen one wakes.
 #[derive(Clone, Copy, Debug)]
 struct NodeFault {
     node: usize,
     at: Duration,
-    crash: bool,
+    kind: NodeFaultKind,
     down: Duration,
     skew_ms: i64,
 }
@@ -169,6 +180,7 @@ struct Node {
     name: &'static str,
     instance: Option<Instance>,
     alive: Arc<AtomicBool>,
+    frozen: tokio::sync::watch::Sender<bool>,
 }
 
 /// Runs the schedule of `seed` to its end and returns what happened.
@@ -213,7 +225,11 @@ async fn simulate(seed: u64) -> Outcome {
         node_faults.push(NodeFault {
             node: rng.random_range(0..NODES.len()),
             at,
-            crash: rng.random_bool(0.6),
+            kind: match rng.random_range(0..10) {
+                0..=3 => NodeFaultKind::Crash,
+                4..=6 => NodeFaultKind::Freeze,
+                _ => NodeFaultKind::Stop,
+            },
             down: Duration::from_millis(rng.random_range(100..30_000)),
             skew_ms: rng.random_range(-300_000..=300_000),
         });
@@ -230,6 +246,7 @@ async fn simulate(seed: u64) -> Outcome {
             name,
             instance: None,
             alive: Arc::new(AtomicBool::new(false)),
+            frozen: tokio::sync::watch::Sender::new(false),
         };
         start(&mut node, &store, &rng, &outages, &history, rates, 0).await;
         nodes.push(node);
@@ -239,10 +256,19 @@ async fn simulate(seed: u64) -> Outcome {
     for fault in node_faults {
         tokio::time::sleep_until(started + fault.at).await;
         let node = &mut nodes[fault.node];
+        if fault.kind == NodeFaultKind::Freeze {
+            history.note(format!("{} freezes", node.name));
+            node.frozen.send_replace(true);
+            tokio::time::sleep(fault.down).await;
+            history.note(format!("{} wakes", node.name));
+            node.frozen.send_replace(false);
+            quiet_from = quiet_from.max(history.now_ms());
+            continue;
+        }
         let Some(instance) = node.instance.take() else {
             continue;
         };
-        if fault.crash {
+        if fault.kind == NodeFaultKind::Crash {
             history.note(format!("{} crashes", node.name));
             node.alive.store(false, Ordering::Release);
             drop(instance);
@@ -295,24 +321,26 @@ async fn start(
 ) {
     let alive = Arc::new(AtomicBool::new(true));
     node.alive = alive.clone();
+    let frozen = node.frozen.subscribe();
     let jobs = jobs()
         .into_iter()
         .map(|(name, cron, max_steps)| {
             let alive = alive.clone();
             let history = history.clone();
             let rng = rng.clone();
+            let frozen = frozen.clone();
             let runner = node.name;
             Job {
                 name: name.to_owned(),
                 schedule: Schedule::parse(cron, "UTC").expect("a valid schedule"),
                 options: options(),
                 handler: handler_fn(move |ctx: RunContext| {
-                    let (alive, history) = (alive.clone(), history.clone());
+                    let (alive, history, frozen) = (alive.clone(), history.clone(), frozen.clone());
                     let steps = rng
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .random_range(1..=max_steps);
-                    async move { work(runner, ctx, steps, &alive, &history).await }
+                    async move { work(runner, ctx, steps, &alive, frozen, &history).await }
                 }),
             }
         })
@@ -329,8 +357,11 @@ async fn start(
             history.clone(),
             rates,
         ));
-        match Instance::start_on(faulty, node.name, jobs.clone(), Env::simulated(clock, seed)).await
-        {
+        let env = Env {
+            frozen: Some(frozen.clone()),
+            ..Env::simulated(clock, seed)
+        };
+        match Instance::start_on(faulty, node.name, jobs.clone(), env).await {
             Ok(instance) => {
                 let mut events = instance.subscribe();
                 let forward = history.clone();
@@ -352,15 +383,18 @@ async fn start(
 }
 
 /// The native handler: `steps` steps of a second, each one side effect, which the host would
-/// refuse once the lease deadline passed or the signal aborted.
+/// refuse once the lease deadline passed or the signal aborted. A frozen node's handler does
+/// nothing until it wakes.
 async fn work(
     node: &str,
     ctx: RunContext,
     steps: u64,
     alive: &AtomicBool,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
     history: &History,
 ) -> Result<(), String> {
     for _ in 0..steps {
+        let _ = frozen.wait_for(|f| !*f).await;
         if !alive.load(Ordering::Acquire) {
             return Err("the process is gone".into());
         }

@@ -146,6 +146,10 @@ pub struct Env {
     /// a heartbeat). When false, it runs on the runtime that started the instance, and stopping
     /// or dropping the instance cancels its tasks there.
     pub own_runtime: bool,
+    /// A simulated freeze, on a shared runtime: while it reads true none of the instance's
+    /// tasks is polled, as in a process stopped by `SIGSTOP`; time goes on, and when it reads
+    /// false again every task resumes where it stood. Defaults to none.
+    pub frozen: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Default for Env {
@@ -154,6 +158,7 @@ impl Default for Env {
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
             own_runtime: true,
+            frozen: None,
         }
     }
 }
@@ -166,6 +171,7 @@ impl Env {
             clock,
             entropy: Arc::new(SeededEntropy::new(seed)),
             own_runtime: false,
+            frozen: None,
         }
     }
 }

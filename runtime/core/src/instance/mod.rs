@@ -198,11 +198,12 @@ impl Inner {
             return self.engine.spawn(task);
         }
         let mut killed = self.kill.subscribe();
+        let frozen = self.env.frozen.clone();
         self.engine.spawn(async move {
             tokio::select! {
                 biased;
                 _ = killed.wait_for(|k| *k) => {}
-                _ = task => {}
+                _ = unless_frozen(task, frozen) => {}
             }
         })
     }
@@ -662,6 +663,29 @@ impl Drop for Instance {
         self.inner.stopping.store(true, Ordering::Release);
         self.inner.stop_notify.notify_waiters();
         self.end_tasks();
+    }
+}
+
+/// Runs `task`, not polling it while `frozen` reads true (see [`Env::frozen`]).
+async fn unless_frozen<F: Future<Output = ()>>(task: F, frozen: Option<watch::Receiver<bool>>) {
+    let Some(mut frozen) = frozen else {
+        return task.await;
+    };
+    let mut task = std::pin::pin!(task);
+    loop {
+        // A closed switch (the simulation ended) freezes nothing more.
+        let thawed = frozen.wait_for(|f| !*f).await.is_ok();
+        if !thawed {
+            return task.await;
+        }
+        let froze = tokio::select! {
+            biased;
+            froze = frozen.wait_for(|f| *f) => froze.is_ok(),
+            () = &mut task => return,
+        };
+        if !froze {
+            return task.await;
+        }
     }
 }
 
