@@ -11,6 +11,7 @@ use std::time::Instant;
 
 mod checker;
 mod faults;
+mod outage;
 mod world;
 
 /// How many schedules a run simulates unless `BATON_SIM_SCHEDULES` says: 2000.

@@ -70,7 +70,8 @@ pub struct History {
 }
 
 impl History {
-    fn new() -> Self {
+    /// A history that starts now.
+    pub fn new() -> Self {
         History {
             start: Instant::now(),
             lines: Arc::default(),
@@ -129,6 +130,11 @@ impl History {
 pub struct Spans(Vec<(i64, i64)>);
 
 impl Spans {
+    /// These spans (ms since the start, end excluded).
+    pub fn new(spans: Vec<(i64, i64)>) -> Self {
+        Spans(spans)
+    }
+
     /// Whether `at` falls in a span.
     pub fn contains(&self, at: i64) -> bool {
         self.0.iter().any(|(from, to)| (*from..*to).contains(&at))
@@ -210,7 +216,7 @@ async fn simulate(seed: u64) -> Outcome {
         let from = rng.random_range(5_000..FAULTS_UNTIL.as_millis() as i64 - 30_000);
         outages.push((from, from + rng.random_range(500..25_000)));
     }
-    let outages = Arc::new(Spans(outages));
+    let outages = Arc::new(Spans::new(outages));
     let rates = [
         rng.random_range(0..=30),
         rng.random_range(0..=30),

@@ -152,6 +152,7 @@ async fn claim_with(
     if inner.is_stopping() {
         return;
     }
+    inner.saw_claimed(&job.name, slot);
     let digest = job.handler.digest();
     let sent = inner.env.clock.lease_now();
     let request = ClaimRequest {
@@ -300,6 +301,13 @@ fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend:
         }
         if inner.newer_started(&job.name, slot) {
             tracing::debug!(job = %job.name, slot, "a newer slot has started; no takeover to watch for");
+            return;
+        }
+        // A claim that went unanswered yields to a newer slot's claim: the newer run comes
+        // first, and a win the older claim may have had is interrupted by it, or taken over
+        // through the newer claim's own watch of it while its lease lives.
+        if resend.is_some() && inner.newer_claimed(&job.name, slot) {
+            tracing::debug!(job = %job.name, slot, "a newer slot's claim is out; this one is not sent again");
             return;
         }
         // A takeover runs the job's current version; a removed job is no longer watched.

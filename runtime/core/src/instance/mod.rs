@@ -151,6 +151,11 @@ pub(crate) struct Inner {
     /// running or finished). A backup of an older slot has nothing left to take over: the
     /// store interrupts a dead run once a newer one has started, so its watch ends.
     newest_started: Mutex<HashMap<String, i64>>,
+    /// The newest slot of each job this instance has sent a claim for. A claim of an older slot
+    /// that went unanswered is not sent again once a newer one is out: the newer run comes
+    /// first (rule 3), so a store outage leaves one claim to send again per job, not one per
+    /// slot that fell due during it.
+    newest_claimed: Mutex<HashMap<String, i64>>,
     /// The current version of every job, by name.
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     /// Woken whenever a job is replaced or removed.
@@ -241,6 +246,20 @@ impl Inner {
     /// only be answered interrupted (rule 3, the newer run first), never won.
     fn newer_started(&self, job: &str, slot: i64) -> bool {
         lock(&self.newest_started)
+            .get(job)
+            .is_some_and(|newest| *newest > slot)
+    }
+
+    /// Notes that this instance sends a claim for `slot` of `job`.
+    fn saw_claimed(&self, job: &str, slot: i64) {
+        let mut newest = lock(&self.newest_claimed);
+        let entry = newest.entry(job.to_owned()).or_insert(slot);
+        *entry = (*entry).max(slot);
+    }
+
+    /// Whether this instance has sent a claim for a slot of `job` newer than `slot`.
+    fn newer_claimed(&self, job: &str, slot: i64) -> bool {
+        lock(&self.newest_claimed)
             .get(job)
             .is_some_and(|newest| *newest > slot)
     }
@@ -483,6 +502,7 @@ impl Instance {
             attempt_ended: Notify::new(),
             watched: Mutex::new(HashSet::new()),
             newest_started: Mutex::new(HashMap::new()),
+            newest_claimed: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
@@ -540,6 +560,7 @@ impl Instance {
     pub fn remove_job(&self, name: &str) -> bool {
         let removed = lock(&self.inner.jobs).remove(name).is_some();
         lock(&self.inner.newest_started).remove(name);
+        lock(&self.inner.newest_claimed).remove(name);
         self.inner.metrics.forget_job(name);
         self.inner.retired.notify_waiters();
         removed
@@ -591,6 +612,12 @@ impl Instance {
     /// How many attempts this instance runs now.
     pub fn running(&self) -> usize {
         lock(&self.inner.attempts).len()
+    }
+
+    /// How many runs this instance watches now as a backup (each one check waiting), the
+    /// claims it will send again with their token among them.
+    pub fn watching(&self) -> usize {
+        lock(&self.inner.watched).len()
     }
 
     /// Stops the instance: no new claims; every running handler's signal aborts. A handler that
