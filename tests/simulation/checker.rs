@@ -76,10 +76,39 @@ pub fn check(outcome: &Outcome) -> Vec<Violation> {
         }
     }
 
+    // A fence is never handed out twice, even past a failover that lost the win that had it:
+    // two attempts that acted never acted with one fence.
+    let mut acted: BTreeMap<(&str, u64), (i64, u32, &str)> = BTreeMap::new();
+    for effect in &outcome.effects {
+        let who = (effect.slot, effect.attempt, effect.node.as_str());
+        if let Some(other) = acted.insert((&effect.job, effect.fence), who) {
+            if other != who {
+                violation(
+                    "a fence is never handed out twice",
+                    &effect.job,
+                    effect.slot,
+                    format!(
+                        "{} acted for attempt {} with fence {}, as {} did for attempt {} of slot {}",
+                        effect.node, effect.attempt, effect.fence, other.2, other.1, other.0
+                    ),
+                );
+            }
+        }
+    }
+
     // One live attempt per slot: every effect comes from the slot's current attempt, so no
     // later attempt of the slot was won at or before it (the runner's own deadline ends before
     // the store's lease does, and a takeover waits for the store's).
     for effect in &outcome.effects {
+        // Allowed by a failover without acknowledgements that lost a write of this runner for
+        // this slot after the store had answered it (its win, or a renewal): the runner acts
+        // on a lease the store no longer has. Its fences are still held to the rule above.
+        if outcome
+            .lost_writes
+            .contains(&(effect.job.clone(), effect.slot, effect.node.clone()))
+        {
+            continue;
+        }
         let Some(run) = runs.get(&(effect.job.clone(), effect.slot)) else {
             violation(
                 "an effect belongs to a run the store knows",

@@ -3,7 +3,7 @@
 //! (not applied), applied with its answer lost, or delayed past the lease and applied after its
 //! caller gave up; while the store is out of reach, every call fails after the timeout.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,10 +13,9 @@ use baton_core::lease::{
 use baton_core::operate::{OperateOutcome, Operation, Operator, Request};
 use baton_core::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
 use baton_core::store::{Store, StoreError};
-use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::world::{History, Spans};
+use crate::world::{Faults, History};
 
 /// How long a call waits for its answer before it fails as unanswered (a store URL's
 /// `?timeout=2s`).
@@ -39,37 +38,26 @@ enum Fate {
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
     node: String,
-    rng: Arc<Mutex<StdRng>>,
-    outages: Arc<Spans>,
+    /// The faults; their rates are parts per thousand: lost, answer lost, delayed, slow.
+    faults: Faults,
     history: History,
-    /// How often each fault strikes, in parts per thousand: lost, answer lost, delayed, slow.
-    rates: [u32; 4],
 }
 
 impl FaultyStore {
     /// The store as `node` reaches it.
-    pub fn new(
-        inner: Arc<dyn Store>,
-        node: &str,
-        rng: Arc<Mutex<StdRng>>,
-        outages: Arc<Spans>,
-        history: History,
-        rates: [u32; 4],
-    ) -> Self {
+    pub fn new(inner: Arc<dyn Store>, node: &str, faults: Faults, history: History) -> Self {
         FaultyStore {
             inner,
             node: node.to_owned(),
-            rng,
-            outages,
+            faults,
             history,
-            rates,
         }
     }
 
     fn fate(&self, what: &str) -> Fate {
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = self.faults.rng.lock().unwrap_or_else(|p| p.into_inner());
         let roll = rng.random_range(0..1000u32);
-        let [lost, answer_lost, delayed, slow] = self.rates;
+        let [lost, answer_lost, delayed, slow] = self.faults.rates;
         let latency = Duration::from_millis(rng.random_range(1..=20));
         let fate = if roll < lost {
             Fate::Lost
@@ -101,14 +89,67 @@ impl FaultyStore {
         what: &str,
         call: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if self.outages.contains(self.history.now_ms()) {
+        self.fated(what, None, call).await
+    }
+
+    /// [`FaultyStore::faulty`] for a write of (`job`, `slot`): a failover may lose it, and
+    /// where writes wait for the replica, one applied in the failover's lag is answered as not
+    /// acknowledged.
+    async fn write<T: Send + 'static>(
+        &self,
+        what: &str,
+        write: (&'static str, &str, i64),
+        call: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.fated(what, Some(write), call).await
+    }
+
+    /// The answer to a write applied now: as the store gave it, or not acknowledged.
+    fn replicated<T>(
+        &self,
+        write: Option<(&'static str, &str, i64)>,
+        answer: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let Some((operation, job, slot)) = write else {
+            return answer;
+        };
+        let now = self.history.now_ms();
+        let Some(failover) = self.faults.failovers.iter().find(|f| f.loses(now)) else {
+            return answer;
+        };
+        if failover.acknowledged {
+            return Err(StoreError::NotAcknowledged {
+                store: "sim".into(),
+                operation,
+                acknowledged: 0,
+                required: 1,
+                timeout: Duration::from_millis(failover.lag_ms as u64),
+            });
+        }
+        if answer.is_ok() {
+            self.faults
+                .lost_writes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((job.to_owned(), slot, self.node.clone()));
+        }
+        answer
+    }
+
+    async fn fated<T: Send + 'static>(
+        &self,
+        what: &str,
+        write: Option<(&'static str, &str, i64)>,
+        call: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        if self.faults.outages.contains(self.history.now_ms()) {
             tokio::time::sleep(TIMEOUT).await;
             return Err(self.unanswered());
         }
         match self.fate(what) {
             Fate::Answered(latency) => {
                 tokio::time::sleep(latency / 2).await;
-                let answer = call.await;
+                let answer = self.replicated(write, call.await);
                 tokio::time::sleep(latency / 2).await;
                 answer
             }
@@ -123,7 +164,7 @@ impl FaultyStore {
                 Err(self.unanswered())
             }
             Fate::Delayed(after) => {
-                let outages = self.outages.clone();
+                let outages = self.faults.outages.clone();
                 let history = self.history.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(after).await;
@@ -178,7 +219,8 @@ impl Store for FaultyStore {
             request.slot,
             request.kind.as_str()
         );
-        self.faulty(&what, async move {
+        let write = ("claim", request.job, request.slot);
+        self.write(&what, write, async move {
             inner
                 .claim(&ClaimRequest {
                     job: &owned.job,
@@ -203,7 +245,7 @@ impl Store for FaultyStore {
     ) -> Result<HeartbeatOutcome, StoreError> {
         let (inner, owned) = (self.inner.clone(), job.to_owned());
         let what = format!("heartbeat {job} {slot}");
-        self.faulty(&what, async move {
+        self.write(&what, ("heartbeat", job, slot), async move {
             inner.heartbeat(&owned, slot, token, lease).await
         })
         .await
@@ -218,7 +260,7 @@ impl Store for FaultyStore {
     ) -> Result<TokenOutcome, StoreError> {
         let (inner, owned) = (self.inner.clone(), job.to_owned());
         let what = format!("finish {job} {slot}");
-        self.faulty(&what, async move {
+        self.write(&what, ("finish", job, slot), async move {
             inner.finish(&owned, slot, token, result).await
         })
         .await
@@ -232,10 +274,9 @@ impl Store for FaultyStore {
     ) -> Result<TokenOutcome, StoreError> {
         let (inner, owned) = (self.inner.clone(), job.to_owned());
         let what = format!("release {job} {slot}");
-        self.faulty(
-            &what,
-            async move { inner.release(&owned, slot, token).await },
-        )
+        self.write(&what, ("release", job, slot), async move {
+            inner.release(&owned, slot, token).await
+        })
         .await
     }
 

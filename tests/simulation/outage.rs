@@ -12,7 +12,7 @@ use baton_core::store::Store;
 use rand::SeedableRng;
 
 use crate::faults::FaultyStore;
-use crate::world::{options, History, Spans, START_MS};
+use crate::world::{options, Faults, History, Spans, START_MS};
 
 /// The most checks one instance keeps waiting for a job due every second while the store is
 /// out of reach for a minute: the backups of the runs it knew, and one claim to send again.
@@ -34,13 +34,18 @@ fn a_minute_long_outage_keeps_one_claim_to_resend_per_job_not_one_per_slot() {
                 .expect("the store opens"),
         );
         let outage = (10_000, 70_000);
+        let faults = Faults {
+            rng: Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(1))),
+            outages: Arc::new(Spans::new(vec![outage])),
+            failovers: Arc::default(),
+            lost_writes: Arc::default(),
+            rates: [0, 0, 0, 0],
+        };
         let faulty: Arc<dyn Store> = Arc::new(FaultyStore::new(
             store.clone(),
             "n1",
-            Arc::new(Mutex::new(rand::rngs::StdRng::seed_from_u64(1))),
-            Arc::new(Spans::new(vec![outage])),
+            faults,
             history.clone(),
-            [0, 0, 0, 0],
         ));
         let job = Job {
             name: "every-second".into(),

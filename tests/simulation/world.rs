@@ -146,6 +146,31 @@ impl Spans {
     }
 }
 
+/// The store fails over to its replica at `at_ms` (simulated, since the start), losing every
+/// write of the last `lag_ms`. With `acknowledged`, a write waits for the replica (as Baton's
+/// Redis store waits with `WAIT`): one the replica did not get is answered as not
+/// acknowledged, never as done. Without, writes are answered at once (`?replicas=0`), and some
+/// that were answered are lost.
+#[derive(Clone, Copy, Debug)]
+pub struct Failover {
+    /// When it fails over.
+    pub at_ms: i64,
+    /// How far the replica lags.
+    pub lag_ms: i64,
+    /// Whether writes wait for the replica.
+    pub acknowledged: bool,
+}
+
+impl Failover {
+    /// Whether a write applied at `at` (simulated ms) is lost in this failover.
+    pub fn loses(&self, at: i64) -> bool {
+        at > self.at_ms - self.lag_ms && at <= self.at_ms
+    }
+}
+
+/// The writes of each runner lost in a failover without acknowledgements: (job, slot, node).
+pub type LostWrites = Arc<Mutex<std::collections::BTreeSet<(String, i64, String)>>>;
+
 /// What a finished schedule leaves for the checker.
 pub struct Outcome {
     /// The history, one line per event, effect and fault.
@@ -154,6 +179,8 @@ pub struct Outcome {
     pub effects: Vec<Effect>,
     /// Every run of every job in the store at the end.
     pub runs: Vec<Run>,
+    /// The runners' writes that a failover lost after they were answered.
+    pub lost_writes: std::collections::BTreeSet<(String, i64, String)>,
     /// When (simulated ms) the last fault of any kind ended.
     pub quiet_from: i64,
 }
@@ -203,13 +230,14 @@ async fn simulate(seed: u64) -> Outcome {
     let mut rng = StdRng::seed_from_u64(seed);
     let history = History::new();
     let store_clock = Arc::new(TokioClock::new(START_MS));
-    let store: Arc<dyn Store> = {
+    let sqlite = {
         let clock = store_clock.clone();
         Arc::new(
             SqliteStore::simulated("sim", Arc::new(move || clock.wall_ms() * 1_000))
                 .expect("the simulated store opens"),
         )
     };
+    let store: Arc<dyn Store> = sqlite.clone();
     // The faults this seed draws: store outages, the rates of request faults, node faults.
     let mut outages = Vec::new();
     for _ in 0..rng.random_range(0..=2) {
@@ -217,6 +245,15 @@ async fn simulate(seed: u64) -> Outcome {
         outages.push((from, from + rng.random_range(500..25_000)));
     }
     let outages = Arc::new(Spans::new(outages));
+    let failovers: Vec<Failover> = (0..rng.random_range(0..=1))
+        .map(|_| Failover {
+            at_ms: rng.random_range(20_000..FAULTS_UNTIL.as_millis() as i64 - 40_000),
+            lag_ms: rng.random_range(100..3_000),
+            acknowledged: rng.random_bool(0.5),
+        })
+        .collect();
+    let failovers = Arc::new(failovers);
+    let lost_writes: LostWrites = Arc::default();
     let rates = [
         rng.random_range(0..=30),
         rng.random_range(0..=30),
@@ -242,10 +279,34 @@ async fn simulate(seed: u64) -> Outcome {
     }
     node_faults.sort_by_key(|f| f.at);
     history.note(format!(
-        "seed {seed}: outages {:?}, rates (lost, answer lost, delayed, slow per mille) {rates:?}, node faults {node_faults:?}",
+        "seed {seed}: failovers {failovers:?}, outages {:?}, rates (lost, answer lost, delayed, slow per mille) {rates:?}, node faults {node_faults:?}",
         outages.0
     ));
     let rng = Arc::new(Mutex::new(StdRng::seed_from_u64(rng.random())));
+    let started = Instant::now();
+    {
+        let (sqlite, history, failovers) = (sqlite.clone(), history.clone(), failovers.clone());
+        tokio::spawn(async move {
+            for f in failovers.iter() {
+                let replicated = Duration::from_millis((f.at_ms - f.lag_ms) as u64);
+                tokio::time::sleep_until(started + replicated).await;
+                sqlite.replicate().expect("the replica catches up");
+                tokio::time::sleep_until(started + Duration::from_millis(f.at_ms as u64)).await;
+                sqlite.fail_over().expect("the store fails over");
+                history.note(format!(
+                    "the store fails over, losing the writes of the last {} ms",
+                    f.lag_ms
+                ));
+            }
+        });
+    }
+    let faults = Faults {
+        rng: rng.clone(),
+        outages: outages.clone(),
+        failovers: failovers.clone(),
+        lost_writes: lost_writes.clone(),
+        rates,
+    };
     let mut nodes: Vec<Node> = Vec::new();
     for name in NODES {
         let mut node = Node {
@@ -254,11 +315,12 @@ async fn simulate(seed: u64) -> Outcome {
             alive: Arc::new(AtomicBool::new(false)),
             frozen: tokio::sync::watch::Sender::new(false),
         };
-        start(&mut node, &store, &rng, &outages, &history, rates, 0).await;
+        start(&mut node, &store, &faults, &history, 0).await;
         nodes.push(node);
     }
-    let started = Instant::now();
-    let mut quiet_from = outages.last_end();
+    let mut quiet_from = outages
+        .last_end()
+        .max(failovers.iter().map(|f| f.at_ms).max().unwrap_or(0));
     for fault in node_faults {
         tokio::time::sleep_until(started + fault.at).await;
         let node = &mut nodes[fault.node];
@@ -285,7 +347,7 @@ async fn simulate(seed: u64) -> Outcome {
             drop(instance);
         }
         tokio::time::sleep(fault.down).await;
-        start(node, &store, &rng, &outages, &history, rates, fault.skew_ms).await;
+        start(node, &store, &faults, &history, fault.skew_ms).await;
         quiet_from = quiet_from.max(history.now_ms());
     }
     tokio::time::sleep_until(started + LENGTH).await;
@@ -306,12 +368,29 @@ async fn simulate(seed: u64) -> Outcome {
     }
     let lines = std::mem::take(&mut *history.lines.lock().unwrap_or_else(|p| p.into_inner()));
     let effects = std::mem::take(&mut *history.effects.lock().unwrap_or_else(|p| p.into_inner()));
+    let lost_writes = std::mem::take(&mut *lost_writes.lock().unwrap_or_else(|p| p.into_inner()));
     Outcome {
         lines,
         effects,
         runs,
+        lost_writes,
         quiet_from: quiet_from.max(FAULTS_UNTIL.as_millis() as i64 - 40_000),
     }
+}
+
+/// What the fault layer of every node draws from.
+#[derive(Clone)]
+pub struct Faults {
+    /// The seeded randomness of the fault layer and the handlers.
+    pub rng: Arc<Mutex<StdRng>>,
+    /// When the store is out of reach.
+    pub outages: Arc<Spans>,
+    /// When the store fails over.
+    pub failovers: Arc<Vec<Failover>>,
+    /// Where answered writes a failover lost are noted.
+    pub lost_writes: LostWrites,
+    /// How often each request fault strikes (see [`FaultyStore`]).
+    pub rates: [u32; 4],
 }
 
 /// Starts (or restarts) a node's instance, its clock off by `skew_ms`, retrying while the store
@@ -319,12 +398,11 @@ async fn simulate(seed: u64) -> Outcome {
 async fn start(
     node: &mut Node,
     store: &Arc<dyn Store>,
-    rng: &Arc<Mutex<StdRng>>,
-    outages: &Arc<Spans>,
+    faults: &Faults,
     history: &History,
-    rates: [u32; 4],
     skew_ms: i64,
 ) {
+    let rng = &faults.rng;
     let alive = Arc::new(AtomicBool::new(true));
     node.alive = alive.clone();
     let frozen = node.frozen.subscribe();
@@ -358,10 +436,8 @@ async fn start(
         let faulty: Arc<dyn Store> = Arc::new(FaultyStore::new(
             store.clone(),
             node.name,
-            rng.clone(),
-            outages.clone(),
+            faults.clone(),
             history.clone(),
-            rates,
         ));
         let env = Env {
             frozen: Some(frozen.clone()),

@@ -112,6 +112,9 @@ pub struct SqliteStore {
     /// store's, read inside each call's transaction as the machine's would be. Calls then run
     /// on the caller's thread, in the order they are made.
     simulated_clock: Option<SimulatedClock>,
+    /// A simulated store's replica: what it holds since [`SqliteStore::replicate`] is what a
+    /// [`SqliteStore::fail_over`] keeps.
+    replica: Mutex<Option<Connection>>,
 }
 
 /// A store clock given from outside, µs since the Unix epoch (see [`SqliteStore::simulated`]).
@@ -153,6 +156,7 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             round_trips: AtomicU64::new(0),
             simulated_clock: None,
+            replica: Mutex::new(None),
         })
     }
 
@@ -168,7 +172,47 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             round_trips: AtomicU64::new(0),
             simulated_clock: Some(clock),
+            replica: Mutex::new(None),
         })
+    }
+
+    /// A simulated store's replica catches up: it now holds every write so far. Writes after
+    /// this and before a [`SqliteStore::fail_over`] are the unreplicated ones a failover loses.
+    /// Refused on a store that is not simulated.
+    pub fn replicate(&self) -> Result<(), StoreError> {
+        let replica = self.simulated_only("replicate")?;
+        let mut copy = match lock_replica(replica).take() {
+            Some(copy) => copy,
+            None => open_blocking(":memory:", BUSY_TIMEOUT)?,
+        };
+        copy_database(&lock(&self.conn), &mut copy).map_err(|e| map_error(&self.path, e))?;
+        *lock_replica(replica) = Some(copy);
+        Ok(())
+    }
+
+    /// A simulated store fails over to its replica: every write since the last
+    /// [`SqliteStore::replicate`] is lost, as an asynchronous replica loses what it had not yet
+    /// received. Refused on a store that is not simulated, or before any `replicate`.
+    pub fn fail_over(&self) -> Result<(), StoreError> {
+        let replica = self.simulated_only("fail over")?;
+        let guard = lock_replica(replica);
+        let Some(copy) = guard.as_ref() else {
+            return Err(StoreError::Backend {
+                store: self.path.to_string(),
+                source: "no replica to fail over to: call replicate first".into(),
+            });
+        };
+        copy_database(copy, &mut lock(&self.conn)).map_err(|e| map_error(&self.path, e))
+    }
+
+    fn simulated_only(&self, what: &str) -> Result<&Mutex<Option<Connection>>, StoreError> {
+        if self.simulated_clock.is_none() {
+            return Err(StoreError::Backend {
+                store: self.path.to_string(),
+                source: format!("only a simulated store can {what}").into(),
+            });
+        }
+        Ok(&self.replica)
     }
 
     /// Runs `f` on the connection, on a blocking thread.
@@ -197,6 +241,17 @@ impl SqliteStore {
             source: e.into(),
         })?
     }
+}
+
+fn lock_replica(replica: &Mutex<Option<Connection>>) -> MutexGuard<'_, Option<Connection>> {
+    replica
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Copies the whole database of `from` over that of `to` (SQLite's online backup).
+fn copy_database(from: &Connection, to: &mut Connection) -> Result<(), rusqlite::Error> {
+    rusqlite::backup::Backup::new(from, to)?.run_to_completion(1_000, Duration::ZERO, None)
 }
 
 fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
