@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of Baton, on a fresh machine too: first installs what is missing from the
-# package registries and starts the servers the tests need, then runs `cargo test --workspace --no-fail-fast`.
+# package registries and starts the servers the tests need, then runs `cargo test --workspace --no-fail-fast`
+# and prints the reports the tests leave (the fault matrix's table, the simulation's count).
 #
 #   tests/run.sh                  set up what is missing, then run every test
 #   tests/run.sh --setup-only     only set up
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --setup-only) setup_only=true ;;
     --) shift; cargo_args=("$@"); break ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tests/run.sh: unknown argument $1 (see tests/run.sh --help)" >&2; exit 2 ;;
   esac
   shift
@@ -137,5 +138,19 @@ fi
 if $setup_only; then
   exit 0
 fi
+# Reports the tests leave (the fault matrix's table, the simulation's count) are printed after
+# every test has run, whatever the outcome: test output is shown only for failing tests.
+reports="${CARGO_TARGET_DIR:-target}/tmp/baton-reports"
+rm -rf "$reports"
 # --no-fail-fast: every test target runs and every failure is reported, not only the first.
-exec cargo test --workspace --no-fail-fast "${cargo_args[@]}"
+status=0
+cargo test --workspace --no-fail-fast "${cargo_args[@]}" || status=$?
+if [ -d "$reports" ]; then
+  for report in "$reports"/*.txt; do
+    [ -e "$report" ] || continue
+    echo
+    echo "== report $(basename "$report" .txt) =="
+    cat "$report"
+  done
+fi
+exit "$status"

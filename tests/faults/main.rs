@@ -202,7 +202,11 @@ fn every_fault_on_every_store_keeps_every_rule_of_the_spec() {
             Backend::ALL.iter().position(|b| *b == r.backend),
         )
     });
-    println!("{}", report::render(&rows, started.elapsed()));
+    baton_tests::publish_report(
+        env!("CARGO_TARGET_TMPDIR"),
+        "fault-matrix",
+        &report::render(&rows, started.elapsed()),
+    );
     let violations: usize = rows.iter().map(|r| r.violations.len()).sum();
     assert_eq!(violations, 0, "violations: see the report above");
     for r in &rows {

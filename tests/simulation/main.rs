@@ -95,11 +95,16 @@ fn seeded_schedules_keep_every_rule() {
             .collect()
     });
     let took = started.elapsed().as_secs_f64();
-    println!(
-        "{schedules} schedules of {} s simulated, {} nodes, in {took:.1} s ({:.0} schedules a second)",
-        world::LENGTH.as_secs(),
-        world::NODES.len(),
-        schedules as f64 / took
+    baton_tests::publish_report(
+        env!("CARGO_TARGET_TMPDIR"),
+        "simulation",
+        &format!(
+            "simulation: {schedules} schedules of {} s simulated, {} nodes, in {took:.1} s ({:.0} schedules a second), {} breaking a rule",
+            world::LENGTH.as_secs(),
+            world::NODES.len(),
+            schedules as f64 / took,
+            failures.len()
+        ),
     );
     let summary: Vec<String> = failures
         .iter()

@@ -244,3 +244,23 @@ pub fn lock_sqlite_file(path: &std::path::Path) -> std::sync::mpsc::Sender<()> {
     locked_rx.recv().expect("the file is locked");
     release_tx
 }
+
+/// Where a test leaves a report for `tests/run.sh` to print once every test has run (test
+/// output is shown only for failing tests): `TMPDIR/baton-reports`, where `TMPDIR` is the
+/// test's `env!("CARGO_TARGET_TMPDIR")`.
+pub fn reports_dir(target_tmpdir: &str) -> std::path::PathBuf {
+    std::path::Path::new(target_tmpdir).join("baton-reports")
+}
+
+/// Prints `text` and leaves it as the report `name` (see [`reports_dir`]), so a CI log shows
+/// it after the tests. A report that cannot be written is only noted: the test's own output
+/// still has it.
+pub fn publish_report(target_tmpdir: &str, name: &str, text: &str) {
+    println!("{text}");
+    let dir = reports_dir(target_tmpdir);
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(format!("{name}.txt")), format!("{text}\n")));
+    if let Err(e) = written {
+        eprintln!("cannot leave the report {name} in {}: {e}", dir.display());
+    }
+}
