@@ -112,7 +112,7 @@ async fn run(
             deadline.clone(),
         )),
     };
-    inner.emit(
+    inner.events.emit(
         EventKind::Started,
         name,
         slot,
@@ -238,7 +238,9 @@ async fn renew_late_claim(
                 break;
             }
             Ok(Ok(HeartbeatOutcome::Lost(_))) => {
-                inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
+                inner
+                    .events
+                    .emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
                 return false;
             }
             Ok(Err(e)) if e.is_retryable() => {
@@ -254,7 +256,7 @@ async fn renew_late_claim(
     let release = inner.store.release(name, slot, lease.token);
     match tokio::time::timeout(patience, inner.observed(release)).await {
         Ok(Ok(TokenOutcome::Accepted)) => {
-            inner.emit(
+            inner.events.emit(
                 EventKind::Released,
                 name,
                 slot,
@@ -263,9 +265,11 @@ async fn renew_late_claim(
             );
         }
         Ok(Ok(TokenOutcome::Refused(_))) => {
-            inner.emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
+            inner
+                .events
+                .emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
         }
-        _ => inner.emit(
+        _ => inner.events.emit(
             EventKind::Lost,
             name,
             slot,
@@ -320,7 +324,7 @@ async fn release_after_stop_timeout(
             }
         };
         if released {
-            inner.emit(
+            inner.events.emit(
                 EventKind::Released,
                 job,
                 slot,
@@ -328,7 +332,9 @@ async fn release_after_stop_timeout(
                 "stop-timeout",
             );
         } else {
-            inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), "refused");
+            inner
+                .events
+                .emit(EventKind::Lost, job, slot, Some(lease.attempt), "refused");
         }
         return;
     }
@@ -341,7 +347,9 @@ fn fence(inner: &Inner, job: &str, slot: i64, lease: &Lease, signal: &Signal, wh
         AbortReason::Lost => "refused",
         _ => "self-fenced",
     };
-    inner.emit(EventKind::Lost, job, slot, Some(lease.attempt), reason);
+    inner
+        .events
+        .emit(EventKind::Lost, job, slot, Some(lease.attempt), reason);
 }
 
 /// Resolves when the local lease deadline has passed (it may move forward meanwhile). The timer
@@ -493,7 +501,9 @@ async fn settle(
                     (Ok(()), false) => (EventKind::Success, ""),
                     (Err(msg), false) => (EventKind::Failed, msg.as_str()),
                 };
-                inner.emit(kind, name, slot, Some(lease.attempt), reason);
+                inner
+                    .events
+                    .emit(kind, name, slot, Some(lease.attempt), reason);
                 return Afterwards::Done;
             }
             Err(e) if !deadline.has_passed() => {

@@ -62,7 +62,7 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
     for run in &unfinished {
         let now = inner.clock.now();
         if run.lease_end > now {
-            inner.emit(
+            inner.events.emit(
                 EventKind::Backup,
                 &job.name,
                 run.slot,
@@ -152,7 +152,7 @@ async fn claim_with(
     if inner.is_stopping() {
         return;
     }
-    inner.saw_claimed(&job.name, slot);
+    inner.watches.saw_claimed(&job.name, slot);
     let digest = job.handler.digest();
     let sent = inner.env.clock.lease_now();
     let request = ClaimRequest {
@@ -181,7 +181,9 @@ async fn claim_with(
             // runs out. Either way this instance goes on watching the run as a backup, so the
             // run is not orphaned when every runner's claim ends so.
             tracing::warn!(job = %job.name, slot, error = %e, "claim not acknowledged by the store's replicas; not running it");
-            inner.emit(EventKind::Skip, &job.name, slot, None, "not-acknowledged");
+            inner
+                .events
+                .emit(EventKind::Skip, &job.name, slot, None, "not-acknowledged");
             if let Err(e) = inner.store.release(&job.name, slot, token).await {
                 tracing::warn!(job = %job.name, slot, error = %e, "cannot release the claim that was not acknowledged; its lease runs out");
             }
@@ -203,12 +205,12 @@ async fn claim_with(
         outcome,
         ClaimOutcome::Won(_) | ClaimOutcome::Running { .. } | ClaimOutcome::Finished { .. }
     ) {
-        inner.saw_started(name, slot);
+        inner.watches.saw_started(name, slot);
     }
     match outcome {
         ClaimOutcome::Won(lease) => {
             // A lease won before stop began is still run; stop then aborts it at once.
-            inner.emit(
+            inner.events.emit(
                 EventKind::Won,
                 name,
                 slot,
@@ -216,7 +218,7 @@ async fn claim_with(
                 kind.as_str(),
             );
             let reason = if lease.attempt > 1 {
-                inner.emit(
+                inner.events.emit(
                     EventKind::Takeover,
                     name,
                     slot,
@@ -232,12 +234,16 @@ async fn claim_with(
         }
         ClaimOutcome::Running { attempt, .. } => {
             if kind != ClaimKind::Takeover {
-                inner.emit(EventKind::Backup, name, slot, Some(attempt), kind.as_str());
+                inner
+                    .events
+                    .emit(EventKind::Backup, name, slot, Some(attempt), kind.as_str());
             }
             spawn_watch(inner, job, slot, ClaimKind::Takeover);
         }
         ClaimOutcome::Overlap { blocking_slot } => {
-            inner.emit(EventKind::Skip, name, slot, None, "overlap");
+            inner
+                .events
+                .emit(EventKind::Skip, name, slot, None, "overlap");
             spawn_watch(inner, job, blocking_slot, ClaimKind::Takeover);
             // An earlier send of this claim that went unanswered may still arrive after the
             // blocking run ended and win the slot for a token nobody runs: until it would be
@@ -252,19 +258,27 @@ async fn claim_with(
             });
             spawn_watch_skipped(inner, job, slot, blocking_slot, in_flight);
         }
-        ClaimOutcome::Late => inner.emit(EventKind::Late, name, slot, None, kind.as_str()),
+        ClaimOutcome::Late => inner
+            .events
+            .emit(EventKind::Late, name, slot, None, kind.as_str()),
         ClaimOutcome::Superseded { .. } => {
-            inner.emit(EventKind::Skip, name, slot, None, "superseded")
+            inner
+                .events
+                .emit(EventKind::Skip, name, slot, None, "superseded")
         }
         ClaimOutcome::Interrupted => {
-            inner.emit(EventKind::Interrupted, name, slot, None, kind.as_str())
+            inner
+                .events
+                .emit(EventKind::Interrupted, name, slot, None, kind.as_str())
         }
         ClaimOutcome::Finished { status } => {
             tracing::debug!(job = %name, slot, %status, "the run has ended");
         }
         // No attempt starts, and a run another node holds is not watched: its runner goes on
         // to its end, and a dead one is not taken over while the job is paused.
-        ClaimOutcome::Paused => inner.emit(EventKind::Skip, name, slot, None, "paused"),
+        ClaimOutcome::Paused => inner
+            .events
+            .emit(EventKind::Skip, name, slot, None, "paused"),
     }
 }
 
@@ -284,7 +298,7 @@ pub(super) fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: C
 /// [`spawn_watch`], whose claim is sent with `resend`'s token when given (a claim whose answer
 /// never came), else with a fresh one.
 fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend: Option<Token>) {
-    if !lock(&inner.watched).insert((job.name.clone(), slot)) {
+    if !inner.watches.begin(&job.name, slot) {
         return;
     }
     let task_inner = inner.clone();
@@ -295,18 +309,18 @@ fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend:
         let stopping = inner.sleep_or_stop(backup_delay(&inner, &job)).await;
         // Let go of the watch before the claim: the claim, or the attempt it wins, arms the
         // next one.
-        lock(&inner.watched).remove(&key);
+        inner.watches.end(&job.name, slot);
         if stopping || lock(&inner.attempts).contains_key(&key) {
             return;
         }
-        if inner.newer_started(&job.name, slot) {
+        if inner.watches.newer_started(&job.name, slot) {
             tracing::debug!(job = %job.name, slot, "a newer slot has started; no takeover to watch for");
             return;
         }
         // A claim that went unanswered yields to a newer slot's claim: the newer run comes
         // first, and a win the older claim may have had is interrupted by it, or taken over
         // through the newer claim's own watch of it while its lease lives.
-        if resend.is_some() && inner.newer_claimed(&job.name, slot) {
+        if resend.is_some() && inner.watches.newer_claimed(&job.name, slot) {
             tracing::debug!(job = %job.name, slot, "a newer slot's claim is out; this one is not sent again");
             return;
         }
@@ -361,7 +375,7 @@ fn spawn_watch_skipped(
             }
             // A newer slot has started: a claim of this one could only be superseded, and
             // a run of it (if another instance won it) could not be taken over.
-            if inner.newer_started(&job.name, slot) {
+            if inner.watches.newer_started(&job.name, slot) {
                 return;
             }
             let Some(job) = inner.current_job(&job.name) else {
@@ -379,7 +393,7 @@ fn spawn_watch_skipped(
                     return;
                 }
                 Ok(Some(run)) if run.status == Status::Running => {
-                    inner.emit(
+                    inner.events.emit(
                         EventKind::Backup,
                         &job.name,
                         slot,

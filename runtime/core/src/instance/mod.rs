@@ -27,6 +27,8 @@ mod events;
 mod handler;
 mod job;
 mod operations;
+mod outage;
+mod watches;
 
 pub use events::{Event, EventKind};
 pub use handler::{handler_fn, AbortReason, BootTime, Handler, LeaseDeadline, RunContext, Signal};
@@ -141,21 +143,14 @@ impl StoreClock {
 pub(crate) struct Inner {
     store: Arc<dyn Store>,
     runner: String,
-    events: broadcast::Sender<Event>,
+    /// Where its events go: metrics, log lines, subscribers.
+    events: events::EventSink,
     stopping: AtomicBool,
     stop_notify: Notify,
     attempts: Mutex<BTreeMap<(String, i64), ActiveAttempt>>,
     attempt_ended: Notify,
-    watched: Mutex<HashSet<(String, i64)>>,
-    /// The newest slot of each job this instance has seen started (a claim answered won,
-    /// running or finished). A backup of an older slot has nothing left to take over: the
-    /// store interrupts a dead run once a newer one has started, so its watch ends.
-    newest_started: Mutex<HashMap<String, i64>>,
-    /// The newest slot of each job this instance has sent a claim for. A claim of an older slot
-    /// that went unanswered is not sent again once a newer one is out: the newer run comes
-    /// first (rule 3), so a store outage leaves one claim to send again per job, not one per
-    /// slot that fell due during it.
-    newest_claimed: Mutex<HashMap<String, i64>>,
+    /// The runs it watches as a backup, and each job's newest slots started and claimed.
+    watches: watches::Watches,
     /// The current version of every job, by name.
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     /// Woken whenever a job is replaced or removed.
@@ -172,17 +167,7 @@ pub(crate) struct Inner {
     /// What this instance counted: every event, and each heartbeat's latency.
     metrics: Arc<crate::metrics::Metrics>,
     /// The store outage going on now, if any: its calls fail or go unanswered.
-    outage: Mutex<Option<Outage>>,
-}
-
-/// A spell in which the store could not be reached: it begins with the first call that fails
-/// after one was answered, and ends with the next call answered. Logged once when it begins and
-/// once when it ends, not once per failed call.
-struct Outage {
-    /// When it began, on the store's clock as this host estimates it (ms).
-    since: i64,
-    /// When it began, on the monotonic clock.
-    began: Instant,
+    outage: outage::OutageTracker,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -231,39 +216,6 @@ impl Inner {
         }
     }
 
-    /// Notes that `slot` of `job` has started (some runner won its claim).
-    fn saw_started(&self, job: &str, slot: i64) {
-        let mut newest = lock(&self.newest_started);
-        match newest.get_mut(job) {
-            Some(s) => *s = (*s).max(slot),
-            None => {
-                newest.insert(job.to_owned(), slot);
-            }
-        }
-    }
-
-    /// Whether a slot of `job` newer than `slot` has started: a takeover of `slot` can then
-    /// only be answered interrupted (rule 3, the newer run first), never won.
-    fn newer_started(&self, job: &str, slot: i64) -> bool {
-        lock(&self.newest_started)
-            .get(job)
-            .is_some_and(|newest| *newest > slot)
-    }
-
-    /// Notes that this instance sends a claim for `slot` of `job`.
-    fn saw_claimed(&self, job: &str, slot: i64) {
-        let mut newest = lock(&self.newest_claimed);
-        let entry = newest.entry(job.to_owned()).or_insert(slot);
-        *entry = (*entry).max(slot);
-    }
-
-    /// Whether this instance has sent a claim for a slot of `job` newer than `slot`.
-    fn newer_claimed(&self, job: &str, slot: i64) -> bool {
-        lock(&self.newest_claimed)
-            .get(job)
-            .is_some_and(|newest| *newest > slot)
-    }
-
     /// The current version of a job, if it is still one of the instance's jobs.
     fn current_job(&self, name: &str) -> Option<Arc<Job>> {
         lock(&self.jobs).get(name).cloned()
@@ -294,39 +246,10 @@ impl Inner {
         }
     }
 
-    /// Notes a store call that failed, or went unanswered, for a reason worth retrying: the
-    /// first one after the store answered begins an outage, and only that one is logged.
+    /// Notes a store call that failed, or went unanswered, for a reason worth retrying (see
+    /// [`outage::OutageTracker`]).
     fn store_failed(&self, error: &dyn std::fmt::Display) {
-        let mut outage = lock(&self.outage);
-        if outage.is_some() {
-            tracing::debug!(error = %error, "store call failed during an outage");
-            return;
-        }
-        let since = self.clock.now();
-        *outage = Some(Outage {
-            since,
-            began: Instant::now(),
-        });
-        tracing::warn!(
-            since = %crate::schedule::format_utc(since),
-            error = %error,
-            "store out of reach; claims, heartbeats and backups go on retrying"
-        );
-    }
-
-    /// Notes a store call answered: it ends an outage, if one is going on, with one line that
-    /// says when it began and how long it lasted.
-    fn store_answered(&self) {
-        let Some(outage) = lock(&self.outage).take() else {
-            return;
-        };
-        let lasted = outage.began.elapsed();
-        tracing::warn!(
-            since = %crate::schedule::format_utc(outage.since),
-            until = %crate::schedule::format_utc(self.clock.now()),
-            outage_ms = u64::try_from(lasted.as_millis()).unwrap_or(u64::MAX),
-            "store reachable again"
-        );
+        self.outage.failed(self.clock.now(), error);
     }
 
     /// Awaits a store call and notes its answer or its failure (see [`Inner::store_failed`]).
@@ -336,34 +259,11 @@ impl Inner {
     ) -> Result<T, StoreError> {
         let result = call.await;
         match &result {
-            Ok(_) => self.store_answered(),
+            Ok(_) => self.outage.answered(self.clock.now()),
             Err(e) if e.is_retryable() => self.store_failed(e),
             Err(_) => {}
         }
         result
-    }
-
-    fn emit(&self, kind: EventKind, job: &str, slot: i64, attempt: Option<u32>, reason: &str) {
-        let event = Event {
-            kind,
-            job: job.to_owned(),
-            slot,
-            attempt,
-            runner: self.runner.clone(),
-            reason: reason.to_owned(),
-        };
-        self.metrics.observe(&event);
-        tracing::info!(
-            event = kind.as_str(),
-            job,
-            slot = %crate::schedule::format_utc(slot),
-            attempt,
-            runner = %self.runner,
-            reason,
-            "{kind}"
-        );
-        // No subscriber is fine.
-        let _ = self.events.send(event);
     }
 }
 
@@ -492,6 +392,8 @@ impl Instance {
             }
         };
         let (events, first_events) = broadcast::channel(EVENT_BUFFER);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let events = events::EventSink::new(runner.clone(), events, metrics.clone());
         let inner = Arc::new(Inner {
             store,
             runner,
@@ -500,9 +402,7 @@ impl Instance {
             stop_notify: Notify::new(),
             attempts: Mutex::new(BTreeMap::new()),
             attempt_ended: Notify::new(),
-            watched: Mutex::new(HashSet::new()),
-            newest_started: Mutex::new(HashMap::new()),
-            newest_claimed: Mutex::new(HashMap::new()),
+            watches: watches::Watches::default(),
             jobs: Mutex::new(HashMap::new()),
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
@@ -510,8 +410,8 @@ impl Instance {
             kill: watch::Sender::new(false),
             env,
             clock,
-            metrics: Arc::new(crate::metrics::Metrics::new()),
-            outage: Mutex::new(None),
+            metrics,
+            outage: outage::OutageTracker::default(),
         });
         for job in jobs {
             let job = Arc::new(job);
@@ -559,8 +459,7 @@ impl Instance {
     /// its end. Returns whether the job was there.
     pub fn remove_job(&self, name: &str) -> bool {
         let removed = lock(&self.inner.jobs).remove(name).is_some();
-        lock(&self.inner.newest_started).remove(name);
-        lock(&self.inner.newest_claimed).remove(name);
+        self.inner.watches.forget_job(name);
         self.inner.metrics.forget_job(name);
         self.inner.retired.notify_waiters();
         removed
@@ -617,7 +516,7 @@ impl Instance {
     /// How many runs this instance watches now as a backup (each one check waiting), the
     /// claims it will send again with their token among them.
     pub fn watching(&self) -> usize {
-        lock(&self.inner.watched).len()
+        self.inner.watches.len()
     }
 
     /// Stops the instance: no new claims; every running handler's signal aborts. A handler that

@@ -64,7 +64,9 @@ fn act(inner: &Arc<Inner>, op: &Operation) {
     let name = &job.name;
     match op.action {
         Action::Paused => {
-            inner.emit(EventKind::Paused, name, op.at, None, &by(op));
+            inner
+                .events
+                .emit(EventKind::Paused, name, op.at, None, &by(op));
             if op.stop {
                 for ((attempt_job, _), active) in lock(&inner.attempts).iter() {
                     if attempt_job == name {
@@ -73,10 +75,14 @@ fn act(inner: &Arc<Inner>, op: &Operation) {
                 }
             }
         }
-        Action::Resumed => inner.emit(EventKind::Resumed, name, op.at, None, &by(op)),
+        Action::Resumed => inner
+            .events
+            .emit(EventKind::Resumed, name, op.at, None, &by(op)),
         Action::Triggered => {
             let slot = op.slot.unwrap_or(op.at);
-            inner.emit(EventKind::Triggered, name, slot, None, &by(op));
+            inner
+                .events
+                .emit(EventKind::Triggered, name, slot, None, &by(op));
             let task_inner = inner.clone();
             inner.spawn(async move {
                 job::claim_and_handle(&task_inner, &job, slot, ClaimKind::Manual).await;
