@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_core::env::{Clock, Env, TokioClock};
+use baton_core::env::{Clock, Env, Switch, TokioClock};
 use baton_core::instance::{handler_fn, Event, Instance, Job, RunContext};
 use baton_core::lease::{LeaseOptions, Run};
 use baton_core::schedule::Schedule;
@@ -213,7 +213,7 @@ struct Node {
     name: &'static str,
     instance: Option<Instance>,
     alive: Arc<AtomicBool>,
-    frozen: tokio::sync::watch::Sender<bool>,
+    frozen: Arc<Switch>,
 }
 
 /// Runs the schedule of `seed` to its end and returns what happened.
@@ -313,7 +313,7 @@ async fn simulate(seed: u64) -> Outcome {
             name,
             instance: None,
             alive: Arc::new(AtomicBool::new(false)),
-            frozen: tokio::sync::watch::Sender::new(false),
+            frozen: Arc::new(Switch::new()),
         };
         start(&mut node, &store, &faults, &history, 0).await;
         nodes.push(node);
@@ -326,10 +326,10 @@ async fn simulate(seed: u64) -> Outcome {
         let node = &mut nodes[fault.node];
         if fault.kind == NodeFaultKind::Freeze {
             history.note(format!("{} freezes", node.name));
-            node.frozen.send_replace(true);
+            node.frozen.set(true);
             tokio::time::sleep(fault.down).await;
             history.note(format!("{} wakes", node.name));
-            node.frozen.send_replace(false);
+            node.frozen.set(false);
             quiet_from = quiet_from.max(history.now_ms());
             continue;
         }
@@ -405,7 +405,7 @@ async fn start(
     let rng = &faults.rng;
     let alive = Arc::new(AtomicBool::new(true));
     node.alive = alive.clone();
-    let frozen = node.frozen.subscribe();
+    let frozen = node.frozen.clone();
     let jobs = jobs()
         .into_iter()
         .map(|(name, cron, max_steps)| {
@@ -430,7 +430,8 @@ async fn start(
         })
         .collect::<Vec<_>>();
     loop {
-        let clock = Arc::new(TokioClock::new(START_MS));
+        // The node's clock reads the true time, off by `skew_ms`.
+        let clock = Arc::new(TokioClock::new(START_MS + history.now_ms()));
         clock.set_offset_ms(skew_ms);
         let seed = rng.lock().unwrap_or_else(|p| p.into_inner()).random();
         let faulty: Arc<dyn Store> = Arc::new(FaultyStore::new(
@@ -472,11 +473,11 @@ async fn work(
     ctx: RunContext,
     steps: u64,
     alive: &AtomicBool,
-    mut frozen: tokio::sync::watch::Receiver<bool>,
+    frozen: Arc<Switch>,
     history: &History,
 ) -> Result<(), String> {
     for _ in 0..steps {
-        let _ = frozen.wait_for(|f| !*f).await;
+        frozen.wait_for(false).await;
         if !alive.load(Ordering::Acquire) {
             return Err("the process is gone".into());
         }

@@ -134,6 +134,44 @@ impl Clock for TokioClock {
     }
 }
 
+/// A flag tasks wait on, woken in the order they began to wait, so that a simulation's run
+/// depends on its seed alone (tokio's `watch` wakes its receivers in an order of its own
+/// random choice).
+#[derive(Debug, Default)]
+pub struct Switch {
+    on: std::sync::atomic::AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl Switch {
+    /// A switch that is off.
+    pub fn new() -> Self {
+        Switch::default()
+    }
+
+    /// Turns it on or off, waking every task that waits for a change.
+    pub fn set(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::Release);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether it is on.
+    pub fn is_on(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until it is `on` (at once if it is).
+    pub async fn wait_for(&self, on: bool) {
+        loop {
+            let changed = self.changed.notified();
+            if self.is_on() == on {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
 /// An instance's seams. Defaults to production: the machine's clocks, the operating system's
 /// randomness, and a runtime of the instance's own for the lease engine.
 #[derive(Clone)]
@@ -146,10 +184,10 @@ pub struct Env {
     /// a heartbeat). When false, it runs on the runtime that started the instance, and stopping
     /// or dropping the instance cancels its tasks there.
     pub own_runtime: bool,
-    /// A simulated freeze, on a shared runtime: while it reads true none of the instance's
-    /// tasks is polled, as in a process stopped by `SIGSTOP`; time goes on, and when it reads
-    /// false again every task resumes where it stood. Defaults to none.
-    pub frozen: Option<tokio::sync::watch::Receiver<bool>>,
+    /// A simulated freeze, on a shared runtime: while it is on none of the instance's tasks is
+    /// polled, as in a process stopped by `SIGSTOP`; time goes on, and when it is off again
+    /// every task resumes where it stood. Defaults to none.
+    pub frozen: Option<Arc<Switch>>,
 }
 
 impl Default for Env {

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, Notify};
 use tokio::time::Instant;
 
-use crate::env::{Clock, Env};
+use crate::env::{Clock, Env, Switch};
 
 use crate::lease::{LeaseOptions, OptionsError};
 use crate::schedule::Schedule;
@@ -160,7 +160,7 @@ pub(crate) struct Inner {
     engine: tokio::runtime::Handle,
     /// Set once the instance stops or is dropped, when its tasks share a runtime with others:
     /// every task it spawned ends at its next await.
-    kill: watch::Sender<bool>,
+    kill: Arc<Switch>,
     /// The instance's seams: clocks, randomness, runtime.
     env: Env,
     clock: StoreClock,
@@ -187,12 +187,12 @@ impl Inner {
         if self.env.own_runtime {
             return self.engine.spawn(task);
         }
-        let mut killed = self.kill.subscribe();
+        let killed = self.kill.clone();
         let frozen = self.env.frozen.clone();
         self.engine.spawn(async move {
             tokio::select! {
                 biased;
-                _ = killed.wait_for(|k| *k) => {}
+                () = killed.wait_for(true) => {}
                 _ = unless_frozen(task, frozen) => {}
             }
         })
@@ -407,7 +407,7 @@ impl Instance {
             retired: Notify::new(),
             work: tokio::runtime::Handle::current(),
             engine: handle,
-            kill: watch::Sender::new(false),
+            kill: Arc::new(Switch::new()),
             env,
             clock,
             metrics,
@@ -577,7 +577,7 @@ impl Instance {
     /// task ends at its next await.
     fn end_tasks(&self) {
         self.stopped.store(true, Ordering::Release);
-        self.inner.kill.send_replace(true);
+        self.inner.kill.set(true);
         if let Some(engine) = lock(&self.engine).take() {
             engine.shutdown_background();
         }
@@ -592,25 +592,18 @@ impl Drop for Instance {
     }
 }
 
-/// Runs `task`, not polling it while `frozen` reads true (see [`Env::frozen`]).
-async fn unless_frozen<F: Future<Output = ()>>(task: F, frozen: Option<watch::Receiver<bool>>) {
-    let Some(mut frozen) = frozen else {
+/// Runs `task`, not polling it while `frozen` is on (see [`Env::frozen`]).
+async fn unless_frozen<F: Future<Output = ()>>(task: F, frozen: Option<Arc<Switch>>) {
+    let Some(frozen) = frozen else {
         return task.await;
     };
     let mut task = std::pin::pin!(task);
     loop {
-        // A closed switch (the simulation ended) freezes nothing more.
-        let thawed = frozen.wait_for(|f| !*f).await.is_ok();
-        if !thawed {
-            return task.await;
-        }
-        let froze = tokio::select! {
+        frozen.wait_for(false).await;
+        tokio::select! {
             biased;
-            froze = frozen.wait_for(|f| *f) => froze.is_ok(),
+            () = frozen.wait_for(true) => {}
             () = &mut task => return,
-        };
-        if !froze {
-            return task.await;
         }
     }
 }
