@@ -194,8 +194,10 @@ async fn run(
     }
 }
 
-/// A claim answered after its local deadline: the store gave this instance the attempt, but the
-/// lease it knows of may already have run out, so the handler must not start on it. Rather than
+/// A claim answered after its local deadline, or a win got back by a claim sent again with its
+/// token (its lease began when the lost claim arrived, which this instance never saw): the store
+/// gave this instance the attempt, but the lease it knows of may already have run out, so the
+/// handler must not start on it. Rather than
 /// let the attempt die unstarted (a death that counts toward `max_attempts`, and a takeover only
 /// once the lease runs out), the instance renews at once: a heartbeat whose own send time starts
 /// a new local deadline, as every heartbeat's does. The store accepts it only with the current
@@ -215,7 +217,7 @@ async fn renew_late_claim(
     let name = &job.name;
     let patience = job.options.lease;
     tracing::info!(job = %name, slot, attempt = lease.attempt,
-        "the claim was answered after its local lease deadline; renewing the lease before the handler starts");
+        "the claim was answered after its local lease deadline, or its win came back to a claim sent again; renewing the lease before the handler starts");
     // A renewal that fails is sent again (the store may be reconnecting the leases' connection
     // as it comes back), each with its own send time, for up to one lease.
     let give_up = Instant::now() + patience;
