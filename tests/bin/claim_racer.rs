@@ -5,9 +5,6 @@
 //! prints `won SLOT RUNNER` for every claim it wins.
 
 use std::io::Write;
-use std::time::Duration;
-
-use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Overlap, Token};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -18,31 +15,10 @@ async fn main() -> anyhow::Result<()> {
     let (base, count, start_at): (i64, i64, i64) =
         (base.parse()?, count.parse()?, start_at.parse()?);
     let store = baton_core::store::open(url, namespace).await?;
-    while store.now().await? < start_at {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let options = LeaseOptions {
-        overlap: Overlap::Allow,
-        ..LeaseOptions::default()
-    };
+    let won = baton_tests::race_claims(&*store, job, base, count, runner, start_at).await?;
     let mut out = std::io::stdout().lock();
-    for i in 0..count {
-        let job = format!("{job}-{i}");
-        let slot = base + i;
-        let request = ClaimRequest {
-            job: &job,
-            slot,
-            kind: ClaimKind::Scheduled,
-            runner,
-            token: Token::random(),
-            digest: None,
-            options: &options,
-        };
-        match store.claim(&request).await? {
-            ClaimOutcome::Won(_) => writeln!(out, "won {slot} {runner}")?,
-            ClaimOutcome::Running { .. } => {}
-            other => anyhow::bail!("unexpected answer for slot {slot}: {other:?}"),
-        }
+    for slot in won {
+        writeln!(out, "won {slot} {runner}")?;
     }
     Ok(())
 }

@@ -1217,10 +1217,33 @@ pub async fn sixteen_concurrent_claimers_get_exactly_one_winner_500_times(f: &Fi
     }
 }
 
+/// Four processes race; on a store no other process reaches (the simulation's in-memory
+/// store), four clients of this process race in four tasks, through the same claims.
 pub async fn four_processes_racing_on_200_slots_get_one_winner_each(f: &Fixture) {
     let job = unique("job");
     let base = store_now(&*f.store).await;
     let start_at = base + 500; // all four start claiming at the same store instant
+    if !f.reaches_other_processes() {
+        let mut racers = Vec::new();
+        for i in 0..4 {
+            let (store, job) = (f.another().await, job.clone());
+            racers.push(tokio::spawn(async move {
+                let runner = format!("proc-{i}");
+                let won = baton_tests::race_claims(&*store, &job, base, 200, &runner, start_at)
+                    .await
+                    .expect("racer ends");
+                (runner, won)
+            }));
+        }
+        let mut winners: HashMap<i64, Vec<String>> = HashMap::new();
+        for racer in racers {
+            let (runner, won) = racer.await.expect("racer task");
+            for slot in won {
+                winners.entry(slot).or_default().push(runner.clone());
+            }
+        }
+        return assert_one_winner_each(f, &job, base, &winners).await;
+    }
     let children: Vec<_> = (0..4)
         .map(|i| {
             tokio::process::Command::new(env!("CARGO_BIN_EXE_baton-claim-racer"))
@@ -1255,8 +1278,18 @@ pub async fn four_processes_racing_on_200_slots_get_one_winner_each(f: &Fixture)
             }
         }
     }
+    assert_one_winner_each(f, &job, base, &winners).await;
+}
+
+/// Every one of the 200 slots has one winner, and the store agrees who.
+async fn assert_one_winner_each(
+    f: &Fixture,
+    job: &str,
+    base: i64,
+    winners: &HashMap<i64, Vec<String>>,
+) {
     assert_eq!(winners.len(), 200, "every slot has a winner");
-    for (slot, who) in &winners {
+    for (slot, who) in winners {
         assert_eq!(who.len(), 1, "slot {slot} won by {who:?}");
         let run = run_of(&*f.store, &format!("{job}-{}", slot - base), *slot).await;
         assert_eq!(&run.runner, &who[0], "the store agrees who won slot {slot}");

@@ -101,6 +101,7 @@ macro_rules! conformance_suite {
 
 conformance_suite! {
     sqlite => baton_tests::backends::sqlite,
+    simulated => baton_tests::backends::simulated,
     redis => baton_tests::backends::redis,
     valkey => baton_tests::backends::valkey,
     postgres => baton_tests::backends::postgres,

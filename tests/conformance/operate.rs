@@ -199,6 +199,9 @@ pub async fn paused_racing_claims_never_start_an_attempt_after_the_pause(f: &Fix
                     won_slots.push(slot);
                 }
                 slot += 4;
+                // A store whose calls complete at once (the simulated one) never makes this
+                // loop wait: let the test's own task run.
+                tokio::task::yield_now().await;
             }
             won_slots
         }));

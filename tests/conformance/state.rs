@@ -447,9 +447,7 @@ pub async fn state_of_one_job_or_namespace_is_invisible_to_another(f: &Fixture) 
     .await;
     assert!(fenced(&cross), "another job's token: {cross:?}");
     // The same job name in another namespace of the same store.
-    let elsewhere = baton_core::store::open(&f.url, &unique("ns"))
-        .await
-        .expect("open another namespace");
+    let elsewhere = f.in_namespace(&unique("ns")).await;
     assert_eq!(value(&*elsewhere, &job, "shared-name").await, None);
     assert!(elsewhere.state_keys(&job).await.expect("list").is_empty());
     let foreign = write(

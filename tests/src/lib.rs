@@ -26,7 +26,13 @@ pub struct Fixture {
     pub store: Arc<dyn Store>,
     /// Whatever must live as long as the test (a temporary directory, a server).
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// How to open more clients of a store that no URL reaches (the simulation's in-memory
+    /// store): given a namespace, a client of the same database in it.
+    opener: Option<Opener>,
 }
+
+/// Opens another client of a store in a namespace (see [`Fixture::in_process`]).
+pub type Opener = Arc<dyn Fn(&str) -> Arc<dyn Store> + Send + Sync>;
 
 /// A counting TCP proxy in front of the store (see [`Fixture::counted_at_the_wire`]).
 pub struct Wire {
@@ -82,7 +88,37 @@ impl Fixture {
             namespace,
             store,
             _keep: keep,
+            opener: None,
         }
+    }
+
+    /// A store that no URL reaches, only this process: `open` gives a client of it in a
+    /// namespace. `url` names it in messages; other processes cannot use it.
+    pub fn in_process(url: String, open: Opener) -> Self {
+        let namespace = unique("t");
+        Fixture {
+            url,
+            store: open(&namespace),
+            namespace,
+            _keep: None,
+            opener: Some(open),
+        }
+    }
+
+    /// Whether another process can reach the store by its URL (false for the simulation's
+    /// in-memory store, whose other clients live in this process).
+    pub fn reaches_other_processes(&self) -> bool {
+        self.opener.is_none()
+    }
+
+    /// A client of the same store in another namespace.
+    pub async fn in_namespace(&self, namespace: &str) -> Arc<dyn Store> {
+        if let Some(open) = &self.opener {
+            return open(namespace);
+        }
+        store::open(&self.url, namespace)
+            .await
+            .unwrap_or_else(|e| panic!("cannot open {} in namespace {namespace}: {e}", self.url))
     }
 
     /// The same namespace, but instances started from it reach the store at `url` (e.g. a
@@ -93,6 +129,7 @@ impl Fixture {
             namespace: self.namespace.clone(),
             store: self.store.clone(),
             _keep: None,
+            opener: self.opener.clone(),
         }
     }
 
@@ -102,7 +139,7 @@ impl Fixture {
     /// (a Redis Cluster's redirects).
     pub async fn counted_at_the_wire(&self) -> Option<Wire> {
         let (scheme, rest) = self.url.split_once("://")?;
-        if scheme == "sqlite" || scheme.contains("cluster") {
+        if !self.reaches_other_processes() || scheme == "sqlite" || scheme.contains("cluster") {
             return None;
         }
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -145,6 +182,9 @@ impl Fixture {
 
     /// Another client of the same store and namespace, as a second instance would have.
     pub async fn another(&self) -> Arc<dyn Store> {
+        if let Some(open) = &self.opener {
+            return open(&self.namespace);
+        }
         store::open(&self.url, &self.namespace)
             .await
             .unwrap_or_else(|e| panic!("cannot open a second client of {}: {e}", self.url))
@@ -263,4 +303,46 @@ pub fn publish_report(target_tmpdir: &str, name: &str, text: &str) {
     if let Err(e) = written {
         eprintln!("cannot leave the report {name} in {}: {e}", dir.display());
     }
+}
+
+/// Claims slot `base + i` of job `{job}-{i}` for i in 0..`count` (overlap allowed, a fresh token
+/// each) once the store's clock reaches `start_at` (ms), as `runner`; returns the slots won.
+/// The body of the cross-process race (`baton-claim-racer`), and of its in-process form for a
+/// store no other process reaches.
+pub async fn race_claims(
+    store: &dyn Store,
+    job: &str,
+    base: i64,
+    count: i64,
+    runner: &str,
+    start_at: i64,
+) -> anyhow::Result<Vec<i64>> {
+    use baton_core::lease::{ClaimKind, ClaimOutcome, ClaimRequest, LeaseOptions, Overlap, Token};
+    while store.now().await? < start_at {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let options = LeaseOptions {
+        overlap: Overlap::Allow,
+        ..LeaseOptions::default()
+    };
+    let mut won = Vec::new();
+    for i in 0..count {
+        let job = format!("{job}-{i}");
+        let slot = base + i;
+        let request = ClaimRequest {
+            job: &job,
+            slot,
+            kind: ClaimKind::Scheduled,
+            runner,
+            token: Token::random(),
+            digest: None,
+            options: &options,
+        };
+        match store.claim(&request).await? {
+            ClaimOutcome::Won(_) => won.push(slot),
+            ClaimOutcome::Running { .. } => {}
+            other => anyhow::bail!("unexpected answer for slot {slot}: {other:?}"),
+        }
+    }
+    Ok(won)
 }

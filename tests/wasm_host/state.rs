@@ -9,7 +9,7 @@ use baton_core::instance::AbortReason;
 use baton_core::lease::{
     ClaimKind, ClaimOutcome, ClaimRequest, Finish, Lease, LeaseOptions, Token,
 };
-use baton_core::state::StateHandle;
+use baton_core::state_handle::StateHandle;
 use baton_core::store::Store;
 
 use crate::support::{context, job, run, sandbox, unique};

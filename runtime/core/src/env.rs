@@ -8,12 +8,11 @@
 //! every choice of a run and the run replays exactly. Sleeping needs no seam of its own: the
 //! instance sleeps on tokio's timer, which a simulation pauses and advances.
 
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::{Rng, SeedableRng};
 
-use crate::instance::BootTime;
 use crate::lease::Token;
 
 /// Where an instance reads the time.
@@ -219,5 +218,88 @@ impl std::fmt::Debug for Env {
         f.debug_struct("Env")
             .field("own_runtime", &self.own_runtime)
             .finish_non_exhaustive()
+    }
+}
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+/// A reading of the clock that lease deadlines are kept on: nanoseconds since an arbitrary
+/// start, counting the time the machine was suspended (`CLOCK_BOOTTIME` on Linux).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BootTime(u64);
+
+impl BootTime {
+    /// Now.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn now() -> BootTime {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists since Linux 2.6.39.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        if rc != 0 {
+            return BootTime::monotonic();
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+        BootTime(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+    }
+
+    /// Now.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub fn now() -> BootTime {
+        BootTime::monotonic()
+    }
+
+    /// The reading `nanos` after the clock's start (a simulated lease clock's).
+    pub fn from_nanos(nanos: u64) -> BootTime {
+        BootTime(nanos)
+    }
+
+    fn monotonic() -> BootTime {
+        BootTime(u64::try_from(base().elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Nanoseconds since the clock's start.
+    pub fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// The reading `d` later.
+    pub fn after(self, d: Duration) -> BootTime {
+        BootTime(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// The reading at `at`, converted through the two clocks' readings now.
+    pub(crate) fn of(at: Instant) -> BootTime {
+        let (boot, mono) = (BootTime::now(), Instant::now());
+        match at.checked_duration_since(mono) {
+            Some(ahead) => boot.after(ahead),
+            None => BootTime(boot.0.saturating_sub(
+                u64::try_from(mono.duration_since(at).as_nanos()).unwrap_or(u64::MAX),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_boot_clock_runs_at_least_as_far_as_the_monotonic_one() {
+        let (b0, m0) = (BootTime::now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(20));
+        let (b1, m1) = (BootTime::now(), Instant::now());
+        let boot = Duration::from_nanos(b1.as_nanos() - b0.as_nanos());
+        assert!(boot + Duration::from_millis(1) >= m1 - m0, "{boot:?}");
     }
 }

@@ -12,6 +12,8 @@
 
 pub mod duration;
 pub mod env;
+pub mod event;
+pub mod fence;
 pub mod instance;
 pub mod lease;
 pub mod metrics;
@@ -19,4 +21,5 @@ pub mod operate;
 pub mod report;
 pub mod schedule;
 pub mod state;
+pub mod state_handle;
 pub mod store;

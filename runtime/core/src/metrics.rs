@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::instance::{Event, EventKind};
+use crate::event::{Event, EventKind};
 
 /// Upper bounds (seconds) of the run-duration buckets: 5 ms to 1 h.
 const RUN_BUCKETS: &[f64] = &[

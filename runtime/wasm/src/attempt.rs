@@ -240,7 +240,7 @@ pub(crate) struct AttemptState {
     run_deadline: Instant,
     run_timeout: Duration,
     /// The job's state, fenced by the attempt's token (`baton:job/state`, see `state.rs`).
-    pub(crate) state: Option<baton_core::state::StateHandle>,
+    pub(crate) state: Option<baton_core::state_handle::StateHandle>,
 }
 
 impl WasiView for AttemptState {

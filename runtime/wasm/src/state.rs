@@ -2,7 +2,8 @@
 //! the store. Every call goes to the attempt's [`StateHandle`], which the lease engine gives
 //! each attempt; a write the store refuses answers `fenced` and aborts the attempt's signal.
 
-use baton_core::state::{StateError, StateHandle, StateRefusal};
+use baton_core::state::StateRefusal;
+use baton_core::state_handle::{StateError, StateHandle};
 
 use crate::attempt::AttemptState;
 use crate::bindings::v0_2::baton::job::state::{Error, Host};

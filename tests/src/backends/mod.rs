@@ -7,7 +7,9 @@
 //! a namespace of its own, so the tests run in parallel. A server that cannot be reached fails
 //! the test with the way to start it; nothing is skipped.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use baton_core::store::Store;
 
 use crate::servers::{self, Cluster, Server};
 use crate::Fixture;
@@ -63,6 +65,31 @@ pub async fn sqlite() -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");
     let url = format!("sqlite://{}", dir.path().join("baton.db").display());
     Fixture::open(url, Some(Box::new(dir))).await
+}
+
+/// The deterministic simulation's store: the SQLite backend on a private in-memory database,
+/// its clock given from outside (here the machine's, in µs, since the cases wait in real time)
+/// and its calls run on the caller's thread. No URL reaches it; its other clients are opened in
+/// this process ([`Fixture::in_process`]).
+pub async fn simulated() -> Fixture {
+    let clock: baton_core::store::sqlite::SimulatedClock = Arc::new(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the machine's clock is after 1970");
+        i64::try_from(since_epoch.as_micros()).expect("µs since the epoch fit in an i64")
+    });
+    let first = Arc::new(
+        baton_core::store::sqlite::SqliteStore::simulated("unused", clock)
+            .expect("open the simulated store"),
+    );
+    let open: crate::Opener = Arc::new(move |namespace: &str| -> Arc<dyn Store> {
+        Arc::new(
+            first
+                .another(namespace)
+                .expect("another client of the simulated store"),
+        )
+    });
+    Fixture::in_process("simulated://in-memory".to_owned(), open)
 }
 
 /// The machine's Redis, in a namespace of the test's own.

@@ -1,17 +1,22 @@
-//! Running one won attempt: the handler, its heartbeats, fencing, finish and hand-over.
+//! Running one won attempt: the handler on the work runtime, its lease kept by the lease
+//! keeper, fencing, and the run's end: finish, or hand-over on stop.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
-use super::{
-    lock, AbortReason, ActiveAttempt, BootTime, EventKind, Inner, Job, LeaseDeadline, RunContext,
-    Signal,
-};
-use crate::lease::{ClaimKind, Finish, HeartbeatOutcome, Lease, RunState, TokenOutcome};
+use super::handler::RunContext;
+use super::job::Job;
+use super::lease_keeper::{self, LeaseKeeper};
+use super::shared::Inner;
+use crate::event::EventKind;
+use crate::fence::{AbortReason, LeaseDeadline, Signal};
+use crate::lease::{ClaimKind, Finish, Lease, RunState, TokenOutcome};
+
+/// How long a handler may take to end once its signal aborts at the stop timeout before its
+/// lease is left to run out instead of released: 500 ms.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// How an attempt ended, as far as this instance is concerned.
 enum End {
@@ -27,7 +32,7 @@ enum End {
 
 /// What the instance does about the run once one of its attempts is over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Afterwards {
+pub(super) enum Afterwards {
     /// The attempt ended the run (finished it), or handed it over on stop: nothing to watch.
     Done,
     /// The attempt ended without ending the run (lost, self-fenced, its claim answered too
@@ -36,40 +41,34 @@ enum Afterwards {
     Watch,
 }
 
-/// Starts an attempt on the engine runtime; its handler runs on the work runtime.
+/// Starts an attempt on the engine runtime; its handler runs on the work runtime. Once it is
+/// over, `then` is told what the instance does about the run.
 pub(super) fn spawn(
-    inner: Arc<Inner>,
-    job: Arc<Job>,
+    inner: &Arc<Inner>,
+    job: &Arc<Job>,
     slot: i64,
     lease: Lease,
     reason: ClaimKind,
-    claim_sent: Option<BootTime>,
+    claim_sent: Option<crate::env::BootTime>,
+    then: impl FnOnce(Afterwards) + Send + 'static,
 ) {
     let signal = Signal::new();
     let abandon = Arc::new(Notify::new());
-    let key = (job.name.clone(), slot);
-    lock(&inner.attempts).insert(
-        key.clone(),
-        ActiveAttempt {
-            signal: signal.clone(),
-            abandon: abandon.clone(),
-        },
-    );
+    inner
+        .attempts
+        .begin(&job.name, slot, signal.clone(), abandon.clone());
     if inner.is_stopping() {
         signal.abort(AbortReason::Stopping);
     }
-    let task_inner = inner.clone();
+    let (task_inner, job) = (inner.clone(), job.clone());
     inner.spawn(async move {
         let inner = task_inner;
         let afterwards = run(
             &inner, &job, slot, lease, reason, claim_sent, signal, abandon,
         )
         .await;
-        lock(&inner.attempts).remove(&key);
-        inner.attempt_ended.notify_waiters();
-        if afterwards == Afterwards::Watch && !inner.is_stopping() {
-            super::job::spawn_watch(&inner, &job, slot, ClaimKind::Takeover);
-        }
+        inner.attempts.end(&job.name, slot);
+        then(afterwards);
     });
 }
 
@@ -80,18 +79,15 @@ async fn run(
     slot: i64,
     lease: Lease,
     reason: ClaimKind,
-    claim_sent: Option<BootTime>,
+    claim_sent: Option<crate::env::BootTime>,
     signal: Signal,
     abandon: Arc<Notify>,
 ) -> Afterwards {
     let name = &job.name;
-    // The lease holds until the claim's send time + lease; a win whose claim was sent earlier
-    // than this instance knows (`None`: a claim sent again) is renewed before it runs.
-    let at = claim_sent.map_or(BootTime::from_nanos(0), |sent| {
-        sent.after(job.options.lease)
-    });
-    let deadline = LeaseDeadline::on_clock(at, inner.env.clock.clone());
-    if deadline.has_passed() && !renew_late_claim(inner, job, slot, &lease, &deadline).await {
+    let deadline = lease_keeper::deadline_of(inner, job, claim_sent);
+    if deadline.has_passed()
+        && !lease_keeper::renew_late_claim(inner, job, slot, &lease, &deadline).await
+    {
         return Afterwards::Watch;
     }
     let ctx = RunContext {
@@ -103,8 +99,8 @@ async fn run(
         fence: lease.fence,
         signal: signal.clone(),
         deadline: deadline.clone(),
-        state: Some(crate::state::StateHandle::new(
-            inner.store.clone(),
+        state: Some(crate::state_handle::StateHandle::new(
+            inner.store().clone(),
             name,
             slot,
             lease.token,
@@ -120,19 +116,8 @@ async fn run(
         reason.as_str(),
     );
     let handler = job.handler.clone();
-    let mut task = inner.work.spawn(async move { handler.run(ctx).await });
-
-    let renewing = Arc::new(AtomicBool::new(true));
-    let lost = Arc::new(Notify::new());
-    let heartbeats = inner.spawn(heartbeat_loop(
-        inner.clone(),
-        job.clone(),
-        slot,
-        lease,
-        deadline.clone(),
-        renewing.clone(),
-        lost.clone(),
-    ));
+    let mut task = inner.life.spawn_work(async move { handler.run(ctx).await });
+    let keeper = LeaseKeeper::start(inner, job, slot, lease, deadline.clone());
 
     let end = tokio::select! {
         biased;
@@ -141,12 +126,11 @@ async fn run(
             Err(e) if e.is_panic() => Err("the handler panicked".to_owned()),
             Err(_) => Err("the handler was cancelled".to_owned()),
         }),
-        _ = lost.notified() => End::Lost,
-        _ = fence_timer(&deadline) => End::Fenced,
+        () = keeper.lost() => End::Lost,
+        () = keeper.fenced() => End::Fenced,
         _ = abandon.notified() => End::Abandoned,
     };
-    renewing.store(false, Ordering::Release);
-    heartbeats.abort();
+    keeper.stop();
 
     match end {
         End::Returned(result) => {
@@ -178,7 +162,7 @@ async fn run(
         End::Abandoned => {
             // The signal aborted with StopTimeout: a handler that can be interrupted ends now,
             // and its lease is released so a backup takes over within two heartbeats.
-            match tokio::time::timeout(super::STOP_GRACE, &mut task).await {
+            match tokio::time::timeout(STOP_GRACE, &mut task).await {
                 Ok(_) if !deadline.has_passed() => {
                     release_after_stop_timeout(inner, name, slot, &lease, &deadline).await;
                 }
@@ -192,94 +176,6 @@ async fn run(
             Afterwards::Done
         }
     }
-}
-
-/// A claim answered after its local deadline, or a win got back by a claim sent again with its
-/// token (its lease began when the lost claim arrived, which this instance never saw): the store
-/// gave this instance the attempt, but the lease it knows of may already have run out, so the
-/// handler must not start on it. Rather than
-/// let the attempt die unstarted (a death that counts toward `max_attempts`, and a takeover only
-/// once the lease runs out), the instance renews at once: a heartbeat whose own send time starts
-/// a new local deadline, as every heartbeat's does. The store accepts it only with the current
-/// token of a lease not released (rule 2), so a run that another attempt holds by now is never
-/// run twice (rule 4 stands). If the store renews it, the attempt runs; if it refuses, the
-/// attempt is lost. A renewal that fails is sent again, each with its own send time; if none
-/// is answered within a lease, the attempt releases its lease (a hand-over: it does not count,
-/// and the next takeover need not wait for the lease to run out); when that fails too, the
-/// lease runs out as after any death. Returns whether to run.
-async fn renew_late_claim(
-    inner: &Inner,
-    job: &Job,
-    slot: i64,
-    lease: &Lease,
-    deadline: &LeaseDeadline,
-) -> bool {
-    let name = &job.name;
-    let patience = job.options.lease;
-    tracing::info!(job = %name, slot, attempt = lease.attempt,
-        "the claim was answered after its local lease deadline, or its win came back to a claim sent again; renewing the lease before the handler starts");
-    // A renewal that fails is sent again (the store may be reconnecting the leases' connection
-    // as it comes back), each with its own send time, for up to one lease.
-    let give_up = Instant::now() + patience;
-    loop {
-        let sent = Instant::now();
-        let sent_on_lease_clock = inner.env.clock.lease_now();
-        let left = give_up.saturating_duration_since(sent);
-        if left.is_zero() {
-            break;
-        }
-        let renewal = inner
-            .store
-            .heartbeat(name, slot, lease.token, job.options.lease);
-        match tokio::time::timeout(left, inner.observed(renewal)).await {
-            Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
-                deadline.extend_to(sent_on_lease_clock.after(job.options.lease));
-                if !deadline.has_passed() {
-                    return true;
-                }
-                break;
-            }
-            Ok(Ok(HeartbeatOutcome::Lost(_))) => {
-                inner
-                    .events
-                    .emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
-                return false;
-            }
-            Ok(Err(e)) if e.is_retryable() => {
-                tokio::time::sleep(Duration::from_millis(50).min(left)).await;
-            }
-            Ok(Err(_)) => break,
-            Err(_) => {
-                inner.store_failed(&"no answer to a heartbeat within the lease");
-                break;
-            }
-        }
-    }
-    let release = inner.store.release(name, slot, lease.token);
-    match tokio::time::timeout(patience, inner.observed(release)).await {
-        Ok(Ok(TokenOutcome::Accepted)) => {
-            inner.events.emit(
-                EventKind::Released,
-                name,
-                slot,
-                Some(lease.attempt),
-                "late-claim",
-            );
-        }
-        Ok(Ok(TokenOutcome::Refused(_))) => {
-            inner
-                .events
-                .emit(EventKind::Lost, name, slot, Some(lease.attempt), "refused");
-        }
-        _ => inner.events.emit(
-            EventKind::Lost,
-            name,
-            slot,
-            Some(lease.attempt),
-            "self-fenced",
-        ),
-    }
-    false
 }
 
 /// After a lost or fenced attempt: the handler may still run (it should watch its signal);
@@ -306,7 +202,8 @@ async fn release_after_stop_timeout(
 ) {
     loop {
         let answer = inner
-            .observed(inner.store.release(job, slot, lease.token))
+            .link
+            .observed(inner.store().release(job, slot, lease.token))
             .await;
         let released = match answer {
             Ok(TokenOutcome::Accepted) => true,
@@ -354,98 +251,6 @@ fn fence(inner: &Inner, job: &str, slot: i64, lease: &Lease, signal: &Signal, wh
         .emit(EventKind::Lost, job, slot, Some(lease.attempt), reason);
 }
 
-/// Resolves when the local lease deadline has passed (it may move forward meanwhile). The timer
-/// runs on the monotonic clock, which stands still while the machine is suspended, so it wakes
-/// at least every [`FENCE_CHECK`] to read the deadline's own clock, which does not.
-async fn fence_timer(deadline: &LeaseDeadline) {
-    loop {
-        tokio::time::sleep(deadline.remaining().min(FENCE_CHECK)).await;
-        if deadline.has_passed() {
-            return;
-        }
-    }
-}
-
-/// Renews the lease every heartbeat. Each heartbeat is sent on its own, so one that hangs does
-/// not hold back the next (at most [`MAX_IN_FLIGHT`] at once); a renewal moves the local deadline
-/// to its send time + lease. A refused heartbeat notifies `lost`; an I/O error is only logged,
-/// and the local deadline fences the attempt if no heartbeat gets through.
-async fn heartbeat_loop(
-    inner: Arc<Inner>,
-    job: Arc<Job>,
-    slot: i64,
-    lease: Lease,
-    deadline: LeaseDeadline,
-    renewing: Arc<AtomicBool>,
-    lost: Arc<Notify>,
-) {
-    let every = job.options.heartbeat;
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let mut next = Instant::now() + every;
-    loop {
-        tokio::time::sleep_until(next).await;
-        // A tick missed by a long pause is not sent twice.
-        next = (next + every).max(Instant::now());
-        if !renewing.load(Ordering::Acquire) {
-            return;
-        }
-        if in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT {
-            continue;
-        }
-        in_flight.fetch_add(1, Ordering::AcqRel);
-        let (inner, job, deadline, renewing, lost, in_flight) = (
-            inner.clone(),
-            job.clone(),
-            deadline.clone(),
-            renewing.clone(),
-            lost.clone(),
-            in_flight.clone(),
-        );
-        let task_inner = inner.clone();
-        task_inner.spawn(async move {
-            let sent = Instant::now();
-            let sent_on_lease_clock = inner.env.clock.lease_now();
-            let patience = deadline.remaining();
-            let call = inner
-                .store
-                .heartbeat(&job.name, slot, lease.token, job.options.lease);
-            let answer = tokio::time::timeout(patience, inner.observed(call)).await;
-            if let Ok(Ok(_)) = &answer {
-                inner.metrics.heartbeat_latency(sent.elapsed());
-            }
-            match answer {
-                Ok(Ok(HeartbeatOutcome::Renewed { .. })) => {
-                    if renewing.load(Ordering::Acquire) {
-                        deadline.extend_to(sent_on_lease_clock.after(job.options.lease));
-                    }
-                }
-                Ok(Ok(HeartbeatOutcome::Lost(state))) => {
-                    tracing::warn!(job = %job.name, slot, attempt = lease.attempt, ?state, "heartbeat refused");
-                    lost.notify_one();
-                }
-                Ok(Err(e)) => {
-                    // A retryable failure is part of a store outage, logged once as such.
-                    if !e.is_retryable() {
-                        tracing::warn!(job = %job.name, slot, error = %e, "heartbeat failed; the next one retries");
-                    }
-                }
-                Err(_) if !patience.is_zero() => {
-                    inner.store_failed(&"no answer to a heartbeat before the lease deadline");
-                }
-                Err(_) => {}
-            }
-            in_flight.fetch_sub(1, Ordering::AcqRel);
-        });
-    }
-}
-
-/// How often at most a running attempt reads its lease deadline while waiting for it: 1 s, so
-/// a runner woken from a suspend fences itself within a second.
-const FENCE_CHECK: Duration = Duration::from_secs(1);
-
-/// How many heartbeats of one attempt may wait for an answer at once: 3.
-const MAX_IN_FLIGHT: usize = 3;
-
 /// The handler returned: release on an error after stop began (a hand-over), finish otherwise.
 async fn settle(
     inner: &Arc<Inner>,
@@ -480,11 +285,13 @@ async fn settle(
     loop {
         let answer = if hand_over {
             inner
-                .observed(inner.store.release(name, slot, lease.token))
+                .link
+                .observed(inner.store().release(name, slot, lease.token))
                 .await
         } else {
             inner
-                .observed(inner.store.finish(name, slot, lease.token, finish))
+                .link
+                .observed(inner.store().finish(name, slot, lease.token, finish))
                 .await
         };
         match answer {

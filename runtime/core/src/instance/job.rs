@@ -1,421 +1,118 @@
-//! The per-job loop: catch-up on start, a claim at every slot, and the backups' checks.
+//! A job as the instance runs it, and the table of the current version of each.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{attempt, lock, EventKind, Inner, Job};
-use crate::lease::{ClaimKind, ClaimOutcome, ClaimRequest, Status, Token};
-use crate::store::StoreError;
+use super::error::InstanceError;
+use super::handler::Handler;
+use super::lifecycle::Lifecycle;
+use super::sync::lock;
+use crate::lease::LeaseOptions;
+use crate::schedule::Schedule;
 
-/// A random time in [heartbeat, 2 × heartbeat]: how long a backup waits between checks.
-pub(super) fn backup_delay(inner: &Inner, job: &Job) -> Duration {
-    let hb = job.options.heartbeat;
-    hb + hb.mul_f64(inner.env.entropy.unit())
+/// A job as the instance runs it.
+#[derive(Clone)]
+pub struct Job {
+    /// The job's name, unique in the namespace.
+    pub name: String,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// Its lease options.
+    pub options: LeaseOptions,
+    /// What it runs.
+    pub handler: Arc<dyn Handler>,
 }
 
-/// The random wait before a catch-up claim: up to two heartbeats, at most 2 s.
-fn catch_up_jitter(inner: &Inner, job: &Job) -> Duration {
-    let max = (job.options.heartbeat * 2).min(Duration::from_secs(2));
-    max.mul_f64(inner.env.entropy.unit())
-}
-
-/// Catch-up, then a claim at every slot until the instance stops.
-pub(super) async fn job_loop(inner: Arc<Inner>, job: Arc<Job>) {
-    // Slots that fall due during catch-up are claimed by the loop, not lost.
-    let start = inner.clock.now();
-    catch_up(&inner, &job, start).await;
-    let mut cursor = start;
-    loop {
-        let Some(next) = job.schedule.next_after(cursor) else {
-            tracing::info!(job = %job.name, "the schedule has no more slots");
-            return;
-        };
-        let wait = u64::try_from(next - inner.clock.now()).unwrap_or(0);
-        if inner
-            .sleep_or_retired(&job, Duration::from_millis(wait))
-            .await
-        {
-            return;
-        }
-        // After a long pause (a frozen host), only the latest due slot is claimed.
-        let due = job
-            .schedule
-            .latest_at_or_before(inner.clock.now())
-            .unwrap_or(next)
-            .max(next);
-        cursor = due;
-        claim_and_handle(&inner, &job, due, ClaimKind::Scheduled).await;
+impl Job {
+    /// Checks the job's lease options.
+    pub(super) fn validate(&self) -> Result<(), InstanceError> {
+        self.options
+            .validate()
+            .map_err(|source| InstanceError::Options {
+                job: self.name.clone(),
+                source,
+            })
     }
 }
 
-/// Catch-up on start: unfinished runs first, then the latest missed slot.
-async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
-    let unfinished = match retry(inner, || inner.store.unfinished(&job.name)).await {
-        Ok(runs) => runs,
-        Err(e) => {
-            tracing::error!(job = %job.name, error = %e, "cannot read unfinished runs; no catch-up");
-            Vec::new()
-        }
-    };
-    for run in &unfinished {
-        let now = inner.clock.now();
-        if run.lease_end > now {
-            inner.events.emit(
-                EventKind::Backup,
-                &job.name,
-                run.slot,
-                Some(run.attempt),
-                "catch-up",
-            );
-            spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
-        } else if job.schedule.next_after(run.slot).is_some_and(|n| n <= now) {
-            tracing::info!(job = %job.name, slot = run.slot, "a newer slot is due; the dead run is left to it");
-        } else {
-            claim_and_handle(inner, job, run.slot, ClaimKind::Takeover).await;
+/// Checks each job's options, and that no two have one name.
+pub(super) fn check_jobs(jobs: &[Job]) -> Result<(), InstanceError> {
+    let mut names = HashSet::new();
+    for job in jobs {
+        job.validate()?;
+        if !names.insert(job.name.clone()) {
+            return Err(InstanceError::DuplicateJob(job.name.clone()));
         }
     }
-    let Some(latest) = job.schedule.latest_at_or_before(now) else {
-        return;
-    };
-    let window = crate::lease::millis(job.options.catch_up);
-    if now - latest > window || unfinished.iter().any(|r| r.slot >= latest) {
-        return;
-    }
-    match retry(inner, || inner.store.get(&job.name, latest)).await {
-        Ok(None) => {}
-        Ok(Some(_)) => return,
-        Err(e) => {
-            tracing::error!(job = %job.name, error = %e, "cannot read the latest run; no catch-up");
-            return;
-        }
-    }
-    if inner
-        .sleep_or_retired(job, catch_up_jitter(inner, job))
-        .await
-    {
-        return;
-    }
-    claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
+    Ok(())
 }
 
-/// Calls a store operation, retrying errors worth retrying for up to 2 s. A failure is noted as
-/// part of a store outage, which is logged once, not once per retry.
-async fn retry<T, F, Fut>(inner: &Inner, mut op: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StoreError>>,
-{
-    let give_up = Instant::now() + Duration::from_secs(2);
-    loop {
-        match inner.observed(op()).await {
-            Err(e) if e.is_retryable() && Instant::now() < give_up && !inner.is_stopping() => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
+/// The current version of every job, by name. A job's loop, backups and takeovers ask it
+/// whether the version they run is still current; a replaced or removed job's loop ends.
+#[derive(Default)]
+pub(super) struct JobTable {
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    /// Woken whenever a job is replaced or removed.
+    retired: Notify,
+}
+
+impl JobTable {
+    /// Makes `job` the current version of its name; an older version's loop ends.
+    pub(super) fn put(&self, job: Arc<Job>) {
+        lock(&self.jobs).insert(job.name.clone(), job);
+        self.retired.notify_waiters();
     }
-}
 
-/// Sends a claim (retried with the same token, so a retry cannot win twice) and acts on the
-/// answer as the spec says. A claim that still fails with an error worth retrying is not
-/// dropped: the instance watches the slot as a backup, and its next check sends the claim
-/// again, until the store answers it.
-pub(super) async fn claim_and_handle(
-    inner: &Arc<Inner>,
-    job: &Arc<Job>,
-    slot: i64,
-    kind: ClaimKind,
-) {
-    claim_with(inner, job, slot, kind, inner.token(), false).await;
-}
-
-/// [`claim_and_handle`] with a given token: a fresh one, or the token of a claim whose answer
-/// never came. A claim can take effect in the store and its answer still be lost (a response
-/// timeout while the store fails over, a connection cut after the write); sent again with the
-/// same token it gets that win back, instead of finding its win held under a token it no longer
-/// knows and leaving the run unattended until that lease runs out.
-///
-/// A win got back so (`resent`) is as old as the lost claim's arrival, which this instance never
-/// saw: the store answers it with the lease that claim started, not one from this send. Its
-/// local deadline is therefore taken as passed, and the attempt renews its lease before the
-/// handler starts, as a claim answered late does.
-async fn claim_with(
-    inner: &Arc<Inner>,
-    job: &Arc<Job>,
-    slot: i64,
-    kind: ClaimKind,
-    token: Token,
-    resent: bool,
-) {
-    if inner.is_stopping() {
-        return;
+    /// Removes the job of that name; returns whether it was there.
+    pub(super) fn remove(&self, name: &str) -> bool {
+        let removed = lock(&self.jobs).remove(name).is_some();
+        self.retired.notify_waiters();
+        removed
     }
-    inner.watches.saw_claimed(&job.name, slot);
-    let digest = job.handler.digest();
-    let sent = inner.env.clock.lease_now();
-    let request = ClaimRequest {
-        job: &job.name,
-        slot,
-        kind,
-        runner: &inner.runner,
-        token,
-        digest: digest.as_deref(),
-        options: &job.options,
-    };
-    // Each send after the first follows one that failed, and a claim that failed on the way may
-    // still arrive: while it could, a skipped slot is watched for it (see below).
-    let mut sends = 0u32;
-    let outcome = match retry(inner, || {
-        sends += 1;
-        inner.store.claim(&request)
-    })
-    .await
-    {
-        Ok(outcome) => outcome,
-        Err(e @ StoreError::NotAcknowledged { .. }) => {
-            // Won on a primary whose replicas do not hold the win: a failover could lose it and
-            // hand the run to another runner as well, so the job does not start on it. The
-            // release (a hand-over) lets a backup claim it again; should it fail, the lease
-            // runs out. Either way this instance goes on watching the run as a backup, so the
-            // run is not orphaned when every runner's claim ends so.
-            tracing::warn!(job = %job.name, slot, error = %e, "claim not acknowledged by the store's replicas; not running it");
-            inner
-                .events
-                .emit(EventKind::Skip, &job.name, slot, None, "not-acknowledged");
-            if let Err(e) = inner.store.release(&job.name, slot, token).await {
-                tracing::warn!(job = %job.name, slot, error = %e, "cannot release the claim that was not acknowledged; its lease runs out");
-            }
-            spawn_watch(inner, job, slot, ClaimKind::Takeover);
-            return;
-        }
-        Err(e) if e.is_retryable() => {
-            tracing::debug!(job = %job.name, slot, error = %e, "claim failed; sent again with its token at the next backup check");
-            watch(inner, job, slot, kind, Some(token));
-            return;
-        }
-        Err(e) => {
-            tracing::error!(job = %job.name, slot, error = %e, "claim failed");
-            return;
-        }
-    };
-    let name = &job.name;
-    if matches!(
-        outcome,
-        ClaimOutcome::Won(_) | ClaimOutcome::Running { .. } | ClaimOutcome::Finished { .. }
-    ) {
-        inner.watches.saw_started(name, slot);
+
+    /// The current version of a job, if it is still one of the instance's jobs.
+    pub(super) fn current(&self, name: &str) -> Option<Arc<Job>> {
+        lock(&self.jobs).get(name).cloned()
     }
-    match outcome {
-        ClaimOutcome::Won(lease) => {
-            // A lease won before stop began is still run; stop then aborts it at once.
-            inner.events.emit(
-                EventKind::Won,
-                name,
-                slot,
-                Some(lease.attempt),
-                kind.as_str(),
-            );
-            let reason = if lease.attempt > 1 {
-                inner.events.emit(
-                    EventKind::Takeover,
-                    name,
-                    slot,
-                    Some(lease.attempt),
-                    kind.as_str(),
-                );
-                ClaimKind::Takeover
-            } else {
-                kind
-            };
-            let sent = (!resent).then_some(sent);
-            attempt::spawn(inner.clone(), job.clone(), slot, lease, reason, sent);
-        }
-        ClaimOutcome::Running { attempt, .. } => {
-            if kind != ClaimKind::Takeover {
-                inner
-                    .events
-                    .emit(EventKind::Backup, name, slot, Some(attempt), kind.as_str());
-            }
-            spawn_watch(inner, job, slot, ClaimKind::Takeover);
-        }
-        ClaimOutcome::Overlap { blocking_slot } => {
-            inner
-                .events
-                .emit(EventKind::Skip, name, slot, None, "overlap");
-            spawn_watch(inner, job, blocking_slot, ClaimKind::Takeover);
-            // An earlier send of this claim that went unanswered may still arrive after the
-            // blocking run ended and win the slot for a token nobody runs: until it would be
-            // too late to, the slot stays watched.
-            let in_flight = (resent || sends > 1).then(|| InFlight {
-                until: slot
-                    + crate::lease::millis(
-                        job.options.lateness_limit(kind) + 2 * job.options.heartbeat,
-                    ),
-                token,
-                kind,
-            });
-            spawn_watch_skipped(inner, job, slot, blocking_slot, in_flight);
-        }
-        ClaimOutcome::Late => inner
-            .events
-            .emit(EventKind::Late, name, slot, None, kind.as_str()),
-        ClaimOutcome::Superseded { .. } => {
-            inner
-                .events
-                .emit(EventKind::Skip, name, slot, None, "superseded")
-        }
-        ClaimOutcome::Interrupted => {
-            inner
-                .events
-                .emit(EventKind::Interrupted, name, slot, None, kind.as_str())
-        }
-        ClaimOutcome::Finished { status } => {
-            tracing::debug!(job = %name, slot, %status, "the run has ended");
-        }
-        // No attempt starts, and a run another node holds is not watched: its runner goes on
-        // to its end, and a dead one is not taken over while the job is paused.
-        ClaimOutcome::Paused => inner
-            .events
-            .emit(EventKind::Skip, name, slot, None, "paused"),
+
+    /// The names of the jobs, sorted.
+    pub(super) fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.jobs).keys().cloned().collect();
+        names.sort();
+        names
     }
-}
 
-/// Becomes a backup of a run: checks it after a random time in [heartbeat, 2 × heartbeat]
-/// with a claim of `kind` (a takeover claim, or the claim of the slot that failed and is sent
-/// again), until the run ends, this instance wins it, or a newer slot of the job has started
-/// (the store would answer the takeover interrupted: nothing is left to take over, and the
-/// newer run's claim interrupts the run if its lease has run out).
-///
-/// A check answered running arms the next one; so does a check that fails for a store error,
-/// and so does an attempt of this instance that ends without ending the run (lost, self-fenced,
-/// or its claim answered too late): whoever has seen a run, and not seen it end, watches it.
-pub(super) fn spawn_watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind) {
-    watch(inner, job, slot, kind, None);
-}
-
-/// [`spawn_watch`], whose claim is sent with `resend`'s token when given (a claim whose answer
-/// never came), else with a fresh one.
-fn watch(inner: &Arc<Inner>, job: &Arc<Job>, slot: i64, kind: ClaimKind, resend: Option<Token>) {
-    if !inner.watches.begin(&job.name, slot) {
-        return;
+    /// Whether `job` is still the current version of its job.
+    pub(super) fn is_current(&self, job: &Arc<Job>) -> bool {
+        lock(&self.jobs)
+            .get(&job.name)
+            .is_some_and(|current| Arc::ptr_eq(current, job))
     }
-    let task_inner = inner.clone();
-    let job = job.clone();
-    inner.spawn(async move {
-        let inner = task_inner;
-        let key = (job.name.clone(), slot);
-        let stopping = inner.sleep_or_stop(backup_delay(&inner, &job)).await;
-        // Let go of the watch before the claim: the claim, or the attempt it wins, arms the
-        // next one.
-        inner.watches.end(&job.name, slot);
-        if stopping || lock(&inner.attempts).contains_key(&key) {
-            return;
-        }
-        if inner.watches.newer_started(&job.name, slot) {
-            tracing::debug!(job = %job.name, slot, "a newer slot has started; no takeover to watch for");
-            return;
-        }
-        // A claim that went unanswered yields to a newer slot's claim: the newer run comes
-        // first, and a win the older claim may have had is interrupted by it, or taken over
-        // through the newer claim's own watch of it while its lease lives.
-        if resend.is_some() && inner.watches.newer_claimed(&job.name, slot) {
-            tracing::debug!(job = %job.name, slot, "a newer slot's claim is out; this one is not sent again");
-            return;
-        }
-        // A takeover runs the job's current version; a removed job is no longer watched.
-        let Some(job) = inner.current_job(&job.name) else {
-            return;
-        };
-        claim_with(
-            &inner,
-            &job,
-            slot,
-            kind,
-            resend.unwrap_or_else(|| inner.token()),
-            resend.is_some(),
-        )
-        .await;
-    });
-}
 
-/// A claim of this instance's that went unanswered and may still arrive.
-#[derive(Clone, Copy)]
-struct InFlight {
-    /// After this (store clock, ms, with two heartbeats to spare) the store answers it late.
-    until: i64,
-    /// Its token.
-    token: Token,
-    /// Its kind.
-    kind: ClaimKind,
-}
-
-/// Keeps an eye on a slot skipped as an overlap: if another instance claims it after the
-/// earlier run ended, this instance becomes its backup; once a newer slot of the job has
-/// started, there is nothing left to watch. Once the blocking run has ended and the slot has
-/// no run, the watch ends, unless a claim of this instance's may still arrive: then it goes on
-/// until the store would answer it late, and should it win, the claim is sent again with its
-/// token so this instance gets its win back and runs it.
-fn spawn_watch_skipped(
-    inner: &Arc<Inner>,
-    job: &Arc<Job>,
-    slot: i64,
-    blocking: i64,
-    in_flight: Option<InFlight>,
-) {
-    let task_inner = inner.clone();
-    let job = job.clone();
-    inner.spawn(async move {
-        let inner = task_inner;
-        let mut blocking_ended = false;
+    /// Sleeps for `d`, or until stop begins or `job` is replaced or removed; returns whether
+    /// the loop of this version of the job must end.
+    pub(super) async fn sleep_or_retired(
+        &self,
+        life: &Lifecycle,
+        job: &Arc<Job>,
+        d: Duration,
+    ) -> bool {
+        let until = Instant::now() + d;
         loop {
-            if inner.sleep_or_stop(backup_delay(&inner, &job)).await {
-                return;
+            let retired = self.retired.notified();
+            if !self.is_current(job) {
+                return true;
             }
-            // A newer slot has started: a claim of this one could only be superseded, and
-            // a run of it (if another instance won it) could not be taken over.
-            if inner.watches.newer_started(&job.name, slot) {
-                return;
-            }
-            let Some(job) = inner.current_job(&job.name) else {
-                return;
-            };
-            match inner.observed(inner.store.get(&job.name, slot)).await {
-                Ok(Some(run))
-                    if run.status == Status::Running
-                        && in_flight.is_some_and(|f| f.token == run.token) =>
-                {
-                    // Our claim that went unanswered arrived after all: get the win back.
-                    if let Some(f) = in_flight {
-                        watch(&inner, &job, slot, f.kind, Some(f.token));
-                    }
-                    return;
-                }
-                Ok(Some(run)) if run.status == Status::Running => {
-                    inner.events.emit(
-                        EventKind::Backup,
-                        &job.name,
-                        slot,
-                        Some(run.attempt),
-                        "overlap",
-                    );
-                    spawn_watch(&inner, &job, slot, ClaimKind::Takeover);
-                    return;
-                }
-                Ok(Some(_)) => return,
-                Ok(None)
-                    if blocking_ended && in_flight.is_none_or(|f| inner.clock.now() > f.until) =>
-                {
-                    return
-                }
-                Ok(None) => {}
-                Err(e) if e.is_retryable() => {}
-                Err(e) => tracing::warn!(job = %job.name, slot, error = %e, "check failed"),
-            }
-            if let Ok(Some(run)) = inner.observed(inner.store.get(&job.name, blocking)).await {
-                blocking_ended = run.status.is_finished();
+            let left = until.saturating_duration_since(Instant::now());
+            tokio::select! {
+                biased;
+                stopping = life.sleep_or_stop(left) => return stopping || !self.is_current(job),
+                _ = retired => {}
             }
         }
-    });
+    }
 }

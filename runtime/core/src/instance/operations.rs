@@ -7,7 +7,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{job, lock, AbortReason, EventKind, Inner};
+use super::claim;
+use super::shared::Inner;
+use crate::event::EventKind;
+use crate::fence::AbortReason;
 use crate::lease::{millis, ClaimKind, LATE_TOLERANCE};
 use crate::operate::{Action, Operation};
 
@@ -21,9 +24,10 @@ pub(super) async fn watch(inner: Arc<Inner>, every: Duration) {
     let window = millis(LATE_TOLERANCE.max(every * 3));
     let mut seen: HashSet<(String, Action, i64)> = HashSet::new();
     loop {
-        let since = inner.clock.now() - window;
+        let since = inner.link.now() - window;
         match inner
-            .observed(inner.store.operations(None, since, POLL_LIMIT))
+            .link
+            .observed(inner.store().operations(None, since, POLL_LIMIT))
             .await
         {
             Ok(mut ops) => {
@@ -58,7 +62,7 @@ fn by(op: &Operation) -> String {
 }
 
 fn act(inner: &Arc<Inner>, op: &Operation) {
-    let Some(job) = inner.current_job(&op.job) else {
+    let Some(job) = inner.jobs.current(&op.job) else {
         return;
     };
     let name = &job.name;
@@ -68,11 +72,7 @@ fn act(inner: &Arc<Inner>, op: &Operation) {
                 .events
                 .emit(EventKind::Paused, name, op.at, None, &by(op));
             if op.stop {
-                for ((attempt_job, _), active) in lock(&inner.attempts).iter() {
-                    if attempt_job == name {
-                        active.signal.abort(AbortReason::Paused);
-                    }
-                }
+                inner.attempts.abort(Some(name), AbortReason::Paused);
             }
         }
         Action::Resumed => inner
@@ -85,7 +85,7 @@ fn act(inner: &Arc<Inner>, op: &Operation) {
                 .emit(EventKind::Triggered, name, slot, None, &by(op));
             let task_inner = inner.clone();
             inner.spawn(async move {
-                job::claim_and_handle(&task_inner, &job, slot, ClaimKind::Manual).await;
+                claim::claim_and_handle(&task_inner, &job, slot, ClaimKind::Manual).await;
             });
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use super::lock;
+use super::sync::lock;
 
 /// The store outage going on now, if any.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use super::lock;
+use super::sync::lock;
 
 /// The watched runs, and the newest slots seen started and claimed, per job.
 #[derive(Default)]

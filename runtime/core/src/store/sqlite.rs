@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use super::{model, Store, StoreError};
+use super::contract::{Store, StoreError};
+use super::model;
 use crate::lease::{
     ClaimKind, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, LeaseOptions, Run, Token,
     TokenOutcome,
@@ -86,7 +87,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Opens `sqlite://PATH` (relative, or `sqlite:///absolute/path`), with `?timeout=` as its busy
 /// timeout ([`BUSY_TIMEOUT`] unless given).
 pub(crate) async fn open(url: &str, namespace: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let (without, busy_timeout) = super::take_timeout(url, BUSY_TIMEOUT)?;
+    let (without, busy_timeout) = super::url::take_timeout(url, BUSY_TIMEOUT)?;
     let path = without
         .strip_prefix("sqlite://")
         .unwrap_or_default()
@@ -113,8 +114,8 @@ pub struct SqliteStore {
     /// on the caller's thread, in the order they are made.
     simulated_clock: Option<SimulatedClock>,
     /// A simulated store's replica: what it holds since [`SqliteStore::replicate`] is what a
-    /// [`SqliteStore::fail_over`] keeps.
-    replica: Mutex<Option<Connection>>,
+    /// [`SqliteStore::fail_over`] keeps. Shared by every client of the database.
+    replica: Arc<Mutex<Option<Connection>>>,
 }
 
 /// A store clock given from outside, µs since the Unix epoch (see [`SqliteStore::simulated`]).
@@ -156,7 +157,7 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             round_trips: AtomicU64::new(0),
             simulated_clock: None,
-            replica: Mutex::new(None),
+            replica: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -172,7 +173,27 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             round_trips: AtomicU64::new(0),
             simulated_clock: Some(clock),
-            replica: Mutex::new(None),
+            replica: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// Another client of a simulated store's database, in `namespace`: what a second node, or
+    /// another process, is to a store it reaches by URL. It shares the database, its clock and
+    /// its replica, and counts its own round trips. Refused on a store that is not simulated.
+    pub fn another(&self, namespace: &str) -> Result<Self, StoreError> {
+        let Some(clock) = &self.simulated_clock else {
+            return Err(StoreError::Backend {
+                store: self.path.to_string(),
+                source: "only a simulated store has other clients in the process".into(),
+            });
+        };
+        Ok(SqliteStore {
+            path: self.path.clone(),
+            namespace: namespace.into(),
+            conn: self.conn.clone(),
+            round_trips: AtomicU64::new(0),
+            simulated_clock: Some(clock.clone()),
+            replica: self.replica.clone(),
         })
     }
 

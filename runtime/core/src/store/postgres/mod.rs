@@ -51,13 +51,14 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
 
-use super::{ServerTime, Store, StoreError, TIMEOUT_PARAMETER};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Lease, Overlap, Run, RunState,
     Status, Token, TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
+use crate::store::contract::{ServerTime, Store, StoreError};
+use crate::store::url::TIMEOUT_PARAMETER;
 
 pub use schema::{MIN_SERVER_VERSION, SCHEMA_VERSION};
 pub use url::DEFAULT_SCHEMA;

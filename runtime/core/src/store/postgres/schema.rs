@@ -4,7 +4,7 @@ use sqlx::{Connection, Executor, PgConnection};
 
 use super::map_error;
 use super::url::Target;
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// The schema, one script per version; version N is reached by running scripts 1..=N. `@schema@`
 /// in a script stands for the store's schema, quoted.

@@ -9,7 +9,7 @@ use crate::lease::Token;
 use crate::state::{
     StateEntry, StateKey, StateLimits, StateOutcome, StateRefusal, StateWrite, Writer, Written,
 };
-use crate::store::StoreError;
+use crate::store::contract::StoreError;
 
 /// The SQL of the state operations, with the schema filled in.
 pub(super) struct Queries {

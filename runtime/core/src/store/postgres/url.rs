@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
-use crate::store::{redact, take_parameter, take_timeout, StoreError, DEFAULT_TIMEOUT};
+use crate::store::contract::StoreError;
+use crate::store::url::{redact, take_parameter, take_timeout, DEFAULT_TIMEOUT};
 
 /// The schema the store's tables and functions live in when the URL names none: `baton`.
 pub const DEFAULT_SCHEMA: &str = "baton";

@@ -21,7 +21,7 @@
 use redis::{AsyncCommands, Script};
 
 use super::RedisStore;
-use crate::store::{StepFloor, Store, StoreError};
+use crate::store::contract::{StepFloor, Store, StoreError};
 
 /// How many calls of each step go in one request.
 const BATCH: u32 = 50;

@@ -54,13 +54,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, RedisError, RedisFuture, Script};
 use serde::Deserialize;
 
-use super::{Cause, ServerTime, StepFloor, Store, StoreError};
 use crate::lease::{
     millis, ClaimOutcome, ClaimRequest, Finish, HeartbeatOutcome, Run, RunState, Status, Token,
     TokenOutcome,
 };
 use crate::operate::{OperateOutcome, Operation, Operator, Request, OPERATIONS_KEPT};
 use crate::state::{StateEntry, StateKey, StateLimits, StateOutcome, StateWrite};
+use crate::store::contract::{Cause, ServerTime, StepFloor, Store, StoreError};
+use crate::store::url::{redact, take_parameter, take_timeout, DEFAULT_TIMEOUT};
 
 /// How long opening a store waits for the server before it gives up: 5 s.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -68,7 +69,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one operation waits for the server's answer before it fails with a retryable
 /// error, unless the URL's `?timeout=DURATION` says otherwise: 5 s
 /// ([`DEFAULT_TIMEOUT`](crate::store::DEFAULT_TIMEOUT)).
-pub const RESPONSE_TIMEOUT: Duration = super::DEFAULT_TIMEOUT;
+pub const RESPONSE_TIMEOUT: Duration = DEFAULT_TIMEOUT;
 
 /// The oldest Redis this store runs on: 6.2.
 pub const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
@@ -109,10 +110,10 @@ pub enum Replicas {
 /// parameter for any other value, or a count over [`MAX_REPLICAS`].
 pub fn take_replicas(url: &str) -> Result<(String, Replicas), StoreError> {
     let invalid = |reason: String| StoreError::InvalidUrl {
-        url: super::redact(url),
+        url: redact(url),
         reason,
     };
-    let (rest, value) = super::take_parameter(url, REPLICAS_PARAMETER).map_err(invalid)?;
+    let (rest, value) = take_parameter(url, REPLICAS_PARAMETER).map_err(invalid)?;
     let replicas = match value.as_deref() {
         None | Some("auto") => Replicas::Auto,
         Some(n) => match n.parse::<u32>() {
@@ -308,7 +309,7 @@ fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, StoreError> {
         .collect();
     if seeds.is_empty() {
         return Err(StoreError::InvalidUrl {
-            url: super::redact(url),
+            url: redact(url),
             reason: format!("no seed node after {scheme}://; write {scheme}://HOST:PORT,HOST:PORT"),
         });
     }
@@ -330,7 +331,7 @@ fn place_of(url: &str) -> String {
 impl RedisStore {
     /// Opens the store; see [`open`].
     pub async fn open(url: &str, namespace: &str) -> Result<Self, StoreError> {
-        let (url, response_timeout) = super::take_timeout(url, RESPONSE_TIMEOUT)?;
+        let (url, response_timeout) = take_timeout(url, RESPONSE_TIMEOUT)?;
         let (url, replicas) = take_replicas(&url)?;
         let url = url.as_str();
         let seeds = cluster_seeds(url)?;
@@ -339,7 +340,7 @@ impl RedisStore {
             None => place_of(url),
         };
         let invalid = |e: RedisError| StoreError::InvalidUrl {
-            url: super::redact(url),
+            url: redact(url),
             reason: e.to_string(),
         };
         let connect = async {

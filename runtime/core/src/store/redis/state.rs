@@ -11,11 +11,12 @@
 
 use serde::Deserialize;
 
-use super::{RedisStore, StoreError};
+use super::RedisStore;
 use crate::lease::Token;
 use crate::state::{
     StateEntry, StateKey, StateLimits, StateOutcome, StateRefusal, StateWrite, Writer, Written,
 };
+use crate::store::contract::StoreError;
 
 /// What the state script answers.
 #[derive(Deserialize)]
