@@ -32,14 +32,21 @@ pub const SUPERSEDED_RUNS_END: &str = "superseded runs end";
 /// The three invariants of this module.
 pub const RULES: [&str; 3] = [LOGS_MATCH_STORE, SKIPS_JUSTIFIED, SUPERSEDED_RUNS_END];
 
-/// The store's tolerance on `max_late` (spec, "Late claims"): 10 s.
+/// The store's tolerance on `max_late` (spec, "Late claims"): 10 s. The spec's figure, not an
+/// excuse; but excuse LATE_AT_LOG: a `late` is judged at the harness's read of the log line,
+/// after the store decided. Class B, a load window of real processes: log flush and reading.
 const LATE_TOLERANCE_MS: i64 = 10_000;
 /// How long after the store granted (or recorded the end of) an attempt its runner surely
-/// logged it, unless it was killed meanwhile: 1 s.
+/// logged it, unless it was killed meanwhile: 1 s. Excuse LOGGED_WITHIN, class B, a load window
+/// of real processes: the answer's way back, the log line's flush and the harness's read, all
+/// stamped when read; the simulation emits events in the same instant.
 const LOGGED_WITHIN_MS: i64 = 1_000;
 
 /// How long a runner waits for the store's answer before it gives the request up: the stores'
 /// default response timeout, 5 s. A request it gave up may still take effect until then.
+/// Excuse ANSWER_AWAITED, class A: a request applied after its caller gave up. Shown in the
+/// simulation by: `Fate::Delayed` (`faults.rs`, applied up to TIMEOUT + 12 s after its send) — a
+/// "claim …: Delayed" line, then an attempt its node never logged won; seed 38.
 const ANSWER_AWAITED_MS: i64 = 5_000;
 
 /// Checks the three invariants; pushes what breaks them.
@@ -119,6 +126,10 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
                 .get(&(run.job.as_str(), run.slot, a.attempt, a.runner.as_str()))
                 .map(Vec::as_slice)
                 .unwrap_or_default();
+            // Excuse LOGGED_KILLED (`logged_until`): a runner killed before its answer came
+            // never logs it. Class A; shown in the simulation by: Crash — an attempt won just
+            // before "nX crashes", no "nX won"; seed 852. Excuse LOGGED_WINDOW_END (the
+            // `window.1` bounds): the history is read while real processes run (class B).
             let granted_by = a.started_at + LOGGED_WITHIN_MS;
             if granted_by <= input.window.1
                 && logged_until(input, &a.runner, granted_by)
@@ -159,6 +170,10 @@ fn logs_match_store(input: &Input, v: &mut Vec<Violation>) {
 /// that won on a primary whose replicas did not acknowledge it: the job does not start, the
 /// claim is released), and the store shows the attempt ended without running: released, or
 /// died when that release failed too.
+///
+/// Excuse WON_UNACKNOWLEDGED, class A (`claim.rs`, `NotAcknowledged`). Shown in the simulation
+/// by: Failover with acknowledgements — a "skip … not-acknowledged" line; seed 17. But its
+/// failover loses every unacknowledged write, so its store never keeps such an attempt.
 fn won_unacknowledged(input: &Input, run: &Run, a: &Attempt) -> bool {
     matches!(a.outcome.as_deref(), Some("handed-over" | "died"))
         && input.events.iter().any(|e| {
@@ -176,6 +191,10 @@ fn won_unacknowledged(input: &Input, run: &Run, a: &Attempt) -> bool {
 /// or behind a cut link, whose reply was lost), or up to [`ANSWER_AWAITED_MS`] before (a
 /// request sent in the outage that a cluster client delivered to the promoted primary after
 /// its caller stopped waiting), so the runner cannot have logged it.
+///
+/// Excuse ANSWER_LOST, class A: the write applied, its answer lost. Shown in the simulation by:
+/// `Fate::AnswerLost` / `Delayed` (`faults.rs`) or an outage — an attempt (or success) in the
+/// store its node never logged, after such a line; seed 12. The −1 s edge is class B.
 fn answer_may_be_lost(input: &Input, runner: &str, at: i64) -> bool {
     input
         .outages
@@ -191,6 +210,10 @@ fn answer_may_be_lost(input: &Input, runner: &str, at: i64) -> bool {
 /// before its replica does (see the Redis store's module documentation), so a renewal the lost
 /// primary applied may be missing from the history that the promoted replica keeps, while a
 /// claim was answered from it.
+///
+/// Excuse RENEWAL_LOST, class A. Shown in the simulation by: Failover without acknowledgement
+/// (`world.rs`, `lost_writes`) — an overlap skip after the older run's recorded lease end, the
+/// older attempt's (job, slot, node) in `lost_writes`; seed 21. The ±1 s edges are class B.
 fn renewal_may_be_lost(input: &Input, end: i64, at: i64) -> bool {
     input
         .outages
@@ -223,6 +246,8 @@ fn skips_justified(input: &Input, v: &mut Vec<Violation>) {
             ("skip", "overlap") => {
                 let held = runs().filter(|r| r.slot < slot).any(|r| {
                     r.attempts.iter().any(|a| {
+                        // Excuse OVERLAP_LOGGED_WITHIN: the claim reached the store up to 1 s
+                        // before the line was read. Class B, as LOGGED_WITHIN.
                         a.started_at <= e.at
                             && (live_until(r, a) >= e.at - LOGGED_WITHIN_MS
                                 || renewal_may_be_lost(input, live_until(r, a), e.at))

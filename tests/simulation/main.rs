@@ -11,6 +11,7 @@ use std::time::Instant;
 
 mod checker;
 mod faults;
+mod mechanisms;
 mod outage;
 mod world;
 
@@ -155,5 +156,90 @@ fn a_seed_replays_the_same_history_byte_for_byte() {
 fn seeds_that_found_a_bug_keep_every_rule() {
     for seed in [77, 158, 193, 699, 773, 794] {
         assert_eq!(judge(seed), None);
+    }
+}
+
+/// Seed 7170 starts `n2` and `n3` while `n1` claims the first slot of `long`: their catch-up
+/// read the unfinished runs before the claim and the slot after it, and once left such a live
+/// run unwatched, so when `n1` crashed nobody took it over until `n1` came back. A starting
+/// node that finds the latest slot claimed is now its backup (the spec's catch-up: a claim
+/// answered running makes a backup), and the run is taken over within two heartbeats of its
+/// lease end by another node.
+#[test]
+fn a_node_that_finds_the_latest_slot_claimed_as_it_starts_is_its_backup() {
+    let outcome = world::run(7_170);
+    let run = outcome
+        .runs
+        .iter()
+        .find(|r| r.job == "long" && r.slot == world::START_MS)
+        .expect("the first slot of long ran");
+    let [first, second, ..] = run.attempts.as_slice() else {
+        panic!("the first slot's run was not taken over: {run:?}");
+    };
+    assert_eq!(first.runner, "n1");
+    let end = first.ended_at.expect("the first attempt ended");
+    let heartbeat = baton_core::lease::millis(world::options().heartbeat);
+    assert!(
+        second.runner != "n1" && second.started_at <= end + 2 * heartbeat,
+        "taken over by {} at {} (lease end {end})",
+        second.runner,
+        second.started_at
+    );
+}
+
+/// Every excuse of the real-process fault matrix's checker that names a fault the simulation
+/// models is needed by a seed's exact history (see `mechanisms`): the seed kept for it still
+/// shows it. `BATON_SIM_FIND_MECHANISMS=N` searches `N` seeds (from `BATON_SIM_FIRST_SEED`,
+/// default 1) and prints the first seed of each mechanism instead.
+#[test]
+fn every_excuse_of_the_fault_matrix_is_shown_by_a_seed() {
+    if let Some(n) = env_u64("BATON_SIM_FIND_MECHANISMS") {
+        let first = env_u64("BATON_SIM_FIRST_SEED").unwrap_or(1);
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+        let found: Vec<(usize, u64)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    scope.spawn(move || {
+                        let mut found = Vec::new();
+                        for seed in (first + t..first + n).step_by(threads as usize) {
+                            let outcome = world::run(seed);
+                            for (i, (_, shows)) in mechanisms::MECHANISMS.iter().enumerate() {
+                                if shows(&outcome) {
+                                    found.push((i, seed));
+                                }
+                            }
+                        }
+                        found
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a search thread"))
+                .collect()
+        });
+        for (i, (name, _)) in mechanisms::MECHANISMS.iter().enumerate() {
+            let seeds: Vec<u64> = found
+                .iter()
+                .filter(|(m, _)| *m == i)
+                .map(|(_, s)| *s)
+                .collect();
+            println!(
+                "{name}: {} of {n} seeds, the first {:?}",
+                seeds.len(),
+                seeds.iter().min()
+            );
+        }
+        return;
+    }
+    for (name, seed) in mechanisms::SHOWN_BY {
+        let (_, shows) = mechanisms::MECHANISMS
+            .iter()
+            .find(|(m, _)| *m == name)
+            .unwrap_or_else(|| panic!("no mechanism {name}"));
+        assert!(
+            shows(&world::run(seed)),
+            "seed {seed} no longer shows {name} (replay: BATON_SIM_SEED={seed})"
+        );
     }
 }

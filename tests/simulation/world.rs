@@ -183,6 +183,8 @@ pub struct Outcome {
     pub lost_writes: std::collections::BTreeSet<(String, i64, String)>,
     /// When (simulated ms) the last fault of any kind ended.
     pub quiet_from: i64,
+    /// The spans (simulated ms since the start, end excluded) the store was out of reach.
+    pub outages: Vec<(i64, i64)>,
 }
 
 /// What happens to a node.
@@ -375,6 +377,7 @@ async fn simulate(seed: u64) -> Outcome {
         runs,
         lost_writes,
         quiet_from: quiet_from.max(FAULTS_UNTIL.as_millis() as i64 - 40_000),
+        outages: outages.0.clone(),
     }
 }
 

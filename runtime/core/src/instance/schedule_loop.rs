@@ -8,7 +8,7 @@ use super::claim;
 use super::job::Job;
 use super::shared::Inner;
 use crate::event::EventKind;
-use crate::lease::ClaimKind;
+use crate::lease::{ClaimKind, Status};
 
 /// The random wait before a catch-up claim: up to two heartbeats, at most 2 s.
 fn catch_up_jitter(inner: &Inner, job: &Job) -> Duration {
@@ -94,6 +94,19 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
         .await
     {
         Ok(None) => {}
+        // Claimed by another node since the unfinished runs were read: this node is its backup
+        // as every node that knows a live run is, so that it is taken over if its runner dies.
+        Ok(Some(run)) if run.status == Status::Running => {
+            inner.events.emit(
+                EventKind::Backup,
+                &job.name,
+                run.slot,
+                Some(run.attempt),
+                "catch-up",
+            );
+            claim::spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
+            return;
+        }
         Ok(Some(_)) => return,
         Err(e) => {
             tracing::error!(job = %job.name, error = %e, "cannot read the latest run; no catch-up");
