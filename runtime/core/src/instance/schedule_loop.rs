@@ -8,7 +8,7 @@ use super::claim;
 use super::job::Job;
 use super::shared::Inner;
 use crate::event::EventKind;
-use crate::lease::{ClaimKind, Status};
+use crate::lease::{ClaimKind, Run, Status};
 
 /// The random wait before a catch-up claim: up to two heartbeats, at most 2 s.
 fn catch_up_jitter(inner: &Inner, job: &Job) -> Duration {
@@ -64,14 +64,7 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
     for run in &unfinished {
         let now = inner.link.now();
         if run.lease_end > now {
-            inner.events.emit(
-                EventKind::Backup,
-                &job.name,
-                run.slot,
-                Some(run.attempt),
-                "catch-up",
-            );
-            claim::spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
+            back_up(inner, job, run);
         } else if job.schedule.next_after(run.slot).is_some_and(|n| n <= now) {
             tracing::info!(job = %job.name, slot = run.slot, "a newer slot is due; the dead run is left to it");
         } else {
@@ -97,14 +90,7 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
         // Claimed by another node since the unfinished runs were read: this node is its backup
         // as every node that knows a live run is, so that it is taken over if its runner dies.
         Ok(Some(run)) if run.status == Status::Running => {
-            inner.events.emit(
-                EventKind::Backup,
-                &job.name,
-                run.slot,
-                Some(run.attempt),
-                "catch-up",
-            );
-            claim::spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
+            back_up(inner, job, &run);
             return;
         }
         Ok(Some(_)) => return,
@@ -120,4 +106,16 @@ async fn catch_up(inner: &Arc<Inner>, job: &Arc<Job>, now: i64) {
         return;
     }
     claim::claim_and_handle(inner, job, latest, ClaimKind::CatchUp).await;
+}
+
+/// Becomes the backup of a live run found on start.
+fn back_up(inner: &Arc<Inner>, job: &Arc<Job>, run: &Run) {
+    inner.events.emit(
+        EventKind::Backup,
+        &job.name,
+        run.slot,
+        Some(run.attempt),
+        "catch-up",
+    );
+    claim::spawn_watch(inner, job, run.slot, ClaimKind::Takeover);
 }
