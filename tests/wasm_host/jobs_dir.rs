@@ -177,7 +177,7 @@ async fn broken_job_files_are_reported_with_their_file_and_the_other_jobs_keep_r
     let world = failed("world");
     assert!(
         world.starts_with(&format!("{}: ", jobs.path().join("world.wasm").display()))
-            && world.contains("exports `start` but not `run`")
+            && world.contains("it exports `start`, but neither `wasi:cli/run`")
             && world.contains("baton_guest::job!"),
         "{world}"
     );

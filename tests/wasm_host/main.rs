@@ -3,6 +3,7 @@
 
 mod boundary;
 mod cli;
+mod command;
 mod guests;
 mod jobs_dir;
 mod latency;

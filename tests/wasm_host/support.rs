@@ -61,6 +61,26 @@ pub async fn wait_running(job: &WasmJob, n: usize, within: Duration) {
     }
 }
 
+/// Runs an attempt of `job` (one that never ends on its own) as `name`, aborts its signal as
+/// lost once its guest runs, and answers what the attempt ended with, which must be within a
+/// second.
+pub async fn run_until_lost(job: &WasmJob, name: &str) -> Result<(), String> {
+    let ctx = context(name);
+    let signal = ctx.signal.clone();
+    let task = tokio::spawn({
+        let job = job.clone();
+        async move { job.run(ctx).await }
+    });
+    wait_running(job, 1, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!task.is_finished(), "the guest ended on its own");
+    signal.abort(baton_core::instance::AbortReason::Lost);
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("stopped within a second")
+        .expect("the task ends")
+}
+
 /// A copy of a built guest in `dir` as `<name>.wasm`.
 pub fn copy_guest(component: &str, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(format!("{name}.wasm"));

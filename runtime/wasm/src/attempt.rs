@@ -44,6 +44,8 @@ pub struct Sandbox {
     pub outbound: Outbound,
     /// What `wasi:config/store` offers the guest. Defaults to nothing.
     pub config: BTreeMap<String, ConfigValue>,
+    /// The program's arguments after `argv[0]`, which is the job's name. Defaults to none.
+    pub args: Vec<String>,
 }
 
 impl Default for Sandbox {
@@ -57,6 +59,7 @@ impl Default for Sandbox {
             env: Vec::new(),
             outbound: Outbound::default(),
             config: BTreeMap::new(),
+            args: Vec::new(),
         }
     }
 }
@@ -302,14 +305,26 @@ fn on_epoch(state: &AttemptState) -> wasmtime::Result<UpdateDeadline> {
     }
 }
 
-fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog) -> Result<WasiCtx, String> {
+/// The guest's WASI context: its output into the attempt's log, no sockets, its arguments
+/// (`argv[0]` the job's name), the granted variables and the run's facts (`BATON_*`), and the
+/// granted data directory at [`DATA_DIR_IN_GUEST`].
+fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog, ctx: &RunContext) -> Result<WasiCtx, String> {
     let mut b = WasiCtxBuilder::new();
     b.stdout(log.stream(LineSource::Stdout))
         .stderr(log.stream(LineSource::Stderr))
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false);
+    b.arg(&ctx.job);
+    b.args(&sandbox.args);
+    // The job file cannot name a BATON_ variable (checked as it loads); a sandbox given by a
+    // library user that does is overridden by the facts.
     for (k, v) in &sandbox.env {
+        if !k.starts_with(crate::jobs::FACTS_PREFIX) {
+            b.env(k, v);
+        }
+    }
+    for (k, v) in run_facts(ctx) {
         b.env(k, v);
     }
     if let Some((dir, read_only)) = &sandbox.data_dir {
@@ -330,6 +345,19 @@ fn wasi_ctx(sandbox: &Sandbox, log: &AttemptLog) -> Result<WasiCtx, String> {
             })?;
     }
     Ok(b.build())
+}
+
+/// The run's facts, as every guest's environment gives them.
+fn run_facts(ctx: &RunContext) -> [(&'static str, String); 7] {
+    [
+        ("BATON_JOB", ctx.job.clone()),
+        ("BATON_SLOT", baton_core::schedule::format_utc(ctx.slot)),
+        ("BATON_SLOT_MS", ctx.slot.to_string()),
+        ("BATON_ATTEMPT", ctx.attempt.to_string()),
+        ("BATON_REASON", ctx.reason.as_str().to_owned()),
+        ("BATON_RUNNER", ctx.runner.clone()),
+        ("BATON_FENCE", ctx.fence.to_string()),
+    ]
 }
 
 /// The kind of a guest call's error, for [`super::TrapSink`].
@@ -403,7 +431,7 @@ pub(crate) async fn run(
             }
         });
     }
-    let wasi = wasi_ctx(sandbox, &log)?;
+    let wasi = wasi_ctx(sandbox, &log, &ctx)?;
     let gate = Gate::new(ctx.signal.clone(), ctx.deadline.clone());
     let hooks = Hooks::new(
         gate.clone(),

@@ -35,9 +35,36 @@ pub struct LoadedComponent {
 
 impl LoadedComponent {
     /// The version of the `baton:job` world the component runs as: `0.2.0`, or `0.1.0` for a
-    /// component built against the older world.
-    pub fn world_version(&self) -> &'static str {
+    /// component built against the older world; `None` for a command.
+    pub fn world_version(&self) -> Option<&'static str> {
         self.pre.version()
+    }
+
+    /// What kind of job the component is.
+    pub fn kind(&self) -> ComponentKind {
+        match self.pre.version() {
+            Some(version) => ComponentKind::Job(version),
+            None => ComponentKind::Command,
+        }
+    }
+}
+
+/// What kind of job a component is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComponentKind {
+    /// A component of the `baton:job` world (it exports `run`), at this version.
+    Job(&'static str),
+    /// A command: a plain WASI program that exports `wasi:cli/run` (a `fn main` built for
+    /// `wasm32-wasip2`), run with the job's `args` and the run's facts in `BATON_*` variables.
+    Command,
+}
+
+impl std::fmt::Display for ComponentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComponentKind::Job(version) => write!(f, "baton:job@{version}"),
+            ComponentKind::Command => f.write_str("command (wasi:cli/run)"),
+        }
     }
 }
 
@@ -46,7 +73,7 @@ impl std::fmt::Debug for LoadedComponent {
         f.debug_struct("LoadedComponent")
             .field("path", &self.path)
             .field("digest", &self.digest)
-            .field("world_version", &self.world_version())
+            .field("kind", &self.kind())
             .finish()
     }
 }
@@ -152,6 +179,10 @@ impl Compiler {
         if !bytes.starts_with(b"\0asm") {
             return Err(LoadError::NotWasm { path });
         }
+        // A core module's version is 1 (layer 0); a component's layer is 1.
+        if bytes.get(4..8) == Some(&[1, 0, 0, 0][..]) {
+            return Err(LoadError::CoreModule { path });
+        }
         let cached = self.disk.as_ref().and_then(|disk| {
             match disk.get(&self.engine, &digest) {
                 Ok(component) => Some(component),
@@ -183,7 +214,12 @@ impl Compiler {
             .exports(&self.engine)
             .map(|(name, _)| name.to_owned())
             .collect();
-        if !exports.iter().any(|name| name == "run") {
+        // A component that exports both `run` and `wasi:cli/run` is of the `baton:job` world.
+        let job = exports.iter().any(|name| name == "run");
+        let command = exports
+            .iter()
+            .any(|name| name.starts_with(bindings::COMMAND_EXPORT));
+        if !job && !command {
             return Err(LoadError::NotAJob { path, exports });
         }
         let pre = self
@@ -193,11 +229,15 @@ impl Compiler {
                 path: path.clone(),
                 message: format!("{e:#}"),
             })?;
-        let pre =
-            JobPre::new(&self.engine, &component, pre).map_err(|e| LoadError::WrongExport {
-                path: path.clone(),
-                message: format!("{e:#}"),
-            })?;
+        let pre = if job {
+            JobPre::new(&self.engine, &component, pre)
+        } else {
+            JobPre::command(pre)
+        }
+        .map_err(|e| LoadError::WrongExport {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        })?;
         Ok(LoadedComponent {
             path,
             digest,

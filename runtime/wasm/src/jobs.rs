@@ -12,6 +12,8 @@
 //! catch_up = "5m"
 //! max_late = "30s"
 //! history_size = 100
+//! args = ["--since", "1h"]      # the program's arguments after argv[0], the job's name.
+//!                               # Defaults to none
 //!
 //! [limits]
 //! memory = "64MiB"              # the component's memory cap. Defaults to 64 MiB
@@ -26,7 +28,8 @@
 //! data_dir = "data/report"      # a directory the job may use, beneath the jobs directory,
 //!                               # or "@NAME/…" beneath one the node grants (--allow-dir)
 //! data_dir_read_only = false    # Defaults to false (read-write)
-//! env = { REPORT_TO = "ops" }   # environment variables. Defaults to none
+//! env = { REPORT_TO = "ops" }   # environment variables, besides the run's BATON_* facts
+//!                               # (which no name here may take). Defaults to none
 //! allowed_outbound_hosts = ["https://api.example.com", "https://*.example.org"]  # Defaults to none
 //!
 //! [config]                      # what the guest reads through wasi:config/store. Defaults to none
@@ -187,6 +190,8 @@ pub struct JobSpec {
     /// Its configuration (`[config]`), values read when the job loaded; those from `env` or
     /// `file` are secrets. Defaults to none.
     pub config: BTreeMap<String, ConfigValue>,
+    /// The program's arguments after `argv[0]` (the job's name). Defaults to none.
+    pub args: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -222,9 +227,25 @@ struct JobFile {
     catch_up: Option<String>,
     max_late: Option<String>,
     history_size: Option<u32>,
+    args: Option<Vec<String>>,
     limits: Option<FileLimits>,
     grants: Option<FileGrants>,
     config: Option<toml::Table>,
+}
+
+/// The environment variables every run is given, with the run's facts: `BATON_JOB`,
+/// `BATON_SLOT` (RFC 3339), `BATON_SLOT_MS`, `BATON_ATTEMPT`, `BATON_REASON`, `BATON_RUNNER` and
+/// `BATON_FENCE`. A job file's `env` cannot set a name that starts with `BATON_`.
+pub const FACTS_PREFIX: &str = "BATON_";
+
+/// Refuses a granted variable whose name is reserved for the run's facts.
+fn reserved_env(env: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
+    match env.keys().find(|k| k.starts_with(FACTS_PREFIX)) {
+        Some(name) => Err(format!(
+            "{name} is reserved: names that start with {FACTS_PREFIX} carry the run's facts (BATON_JOB, BATON_SLOT, BATON_SLOT_MS, BATON_ATTEMPT, BATON_REASON, BATON_RUNNER, BATON_FENCE); choose another name"
+        )),
+        None => Ok(env),
+    }
 }
 
 /// Parses a size such as `64MiB`, `512KiB`, `1GiB` or a number of bytes.
@@ -389,7 +410,7 @@ pub fn load_job(toml_path: &Path, allowed: &AllowedDirs) -> Result<JobSpec, JobE
                     source: Box::new(source),
                 })?,
             data_dir_read_only: g.data_dir_read_only.unwrap_or(false),
-            env: g.env.unwrap_or_default(),
+            env: reserved_env(g.env.unwrap_or_default()).map_err(|e| invalid("grants.env", e))?,
             allowed_outbound_hosts: g
                 .allowed_outbound_hosts
                 .unwrap_or_default()
@@ -438,6 +459,7 @@ pub fn load_job(toml_path: &Path, allowed: &AllowedDirs) -> Result<JobSpec, JobE
         limits,
         grants,
         config,
+        args: file.args.unwrap_or_default(),
     })
 }
 

@@ -38,7 +38,7 @@ mod state;
 
 pub use attempt::{Sandbox, DATA_DIR_IN_GUEST};
 pub use bindings::WORLD_VERSIONS;
-pub use engine::{LoadedComponent, MAX_INSTANCES, MAX_MEMORY};
+pub use engine::{ComponentKind, LoadedComponent, MAX_INSTANCES, MAX_MEMORY};
 pub use epoch::TICK;
 pub use jobs::boundary::{AllowedDirs, GrantedDir};
 pub use log::{tracing_sink, GuestLine, LineSource, LogSink, LOG_BUDGET};
@@ -75,8 +75,15 @@ pub enum LoadError {
         /// The compiler's message.
         message: String,
     },
-    /// The component does not export `run`: it is of another world.
-    #[error("{path}: does not implement the world baton:job/job@0.2.0: it exports {exports} but not `run`; build it against wit/baton-job.wit (in Rust: `baton_guest::job!`)", path = .path.display(), exports = list(.exports))]
+    /// The file is a core WebAssembly module (e.g. built for `wasm32-wasip1`), not a component.
+    #[error("{path}: a core WebAssembly module (built for wasm32-wasip1?), not a component; rebuild it for wasm32-wasip2 (`rustup target add wasm32-wasip2`, then `cargo build --target wasm32-wasip2`), which makes a component (adapting the module with `wasm-tools component new` and the WASI preview-1 command adapter is not tried here)", path = .path.display())]
+    CoreModule {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The component exports neither `run` (the `baton:job` world) nor `wasi:cli/run` (a
+    /// command): it is of another world.
+    #[error("{path}: neither a command nor a baton:job component: it exports {exports}, but neither `wasi:cli/run` (a program with `fn main` built for wasm32-wasip2) nor `run` (the world baton:job/job@0.2.0 of wit/baton-job.wit; in Rust: `baton_guest::job!`)", path = .path.display(), exports = list(.exports))]
     NotAJob {
         /// The file.
         path: PathBuf,
@@ -281,6 +288,7 @@ impl WasmHost {
                     limits: spec.limits.http.clone(),
                 },
                 config: spec.config.clone(),
+                args: spec.args.clone(),
             }),
             running: Arc::new(AtomicUsize::new(0)),
         })

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use baton_core::schedule::format_in;
 use baton_wasm::jobs::{self, JobSpec};
-use baton_wasm::{AllowedDirs, HostConfig, LoadedComponent, WasmHost};
+use baton_wasm::{AllowedDirs, ComponentKind, HostConfig, LoadedComponent, WasmHost};
 
 use super::config::DEFAULT_JOBS;
 use super::run::AllowDirArgs;
@@ -63,13 +63,13 @@ fn validate(
     Ok((spec, describe(&component)))
 }
 
-/// `sha256:…, world baton:job@0.2.0`.
+/// `sha256:…, world baton:job@0.2.0`, or `sha256:…, command (wasi:cli/run)` for a plain
+/// WASI program.
 fn describe(component: &LoadedComponent) -> String {
-    format!(
-        "{}, world baton:job@{}",
-        component.digest,
-        component.world_version()
-    )
+    match component.kind() {
+        ComponentKind::Job(_) => format!("{}, world {}", component.digest, component.kind()),
+        ComponentKind::Command => format!("{}, {}", component.digest, component.kind()),
+    }
 }
 
 /// Every job file of a directory, sorted.

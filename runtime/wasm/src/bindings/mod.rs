@@ -9,6 +9,8 @@
 
 use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 use wasmtime::{Engine, Store};
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::I32Exit;
 
 use super::attempt::AttemptState;
 use baton_core::lease::ClaimKind;
@@ -30,14 +32,21 @@ pub(crate) struct AttemptInfo {
     pub(crate) fence: u64,
 }
 
-/// A component pre-instantiated against the version of the world it was built for.
+/// A component pre-instantiated against the version of the world it was built for, or as a
+/// plain WASI program.
 #[derive(Clone)]
 pub(crate) enum JobPre {
     /// Built against `baton:job@0.2.0`, or importing nothing of Baton.
     V0_2(v0_2::JobPre<AttemptState>),
     /// Built against `baton:job@0.1.0`.
     V0_1(v0_1::JobPre<AttemptState>),
+    /// A command: a program that exports `wasi:cli/run` (a `fn main` built for
+    /// `wasm32-wasip2`), run with the job's arguments and the run's facts in its environment.
+    Command(CommandPre<AttemptState>),
 }
+
+/// The export that makes a component a command: `wasi:cli/run`, at a WASI 0.2 version.
+pub(crate) const COMMAND_EXPORT: &str = "wasi:cli/run@0.2";
 
 impl JobPre {
     /// Checks the component's `run` export against the version it imports.
@@ -53,11 +62,17 @@ impl JobPre {
         }
     }
 
-    /// The version of `baton:job` the component runs as, e.g. `0.2.0`.
-    pub(crate) fn version(&self) -> &'static str {
+    /// Checks a command's `wasi:cli/run` export.
+    pub(crate) fn command(pre: InstancePre<AttemptState>) -> wasmtime::Result<JobPre> {
+        Ok(JobPre::Command(CommandPre::new(pre)?))
+    }
+
+    /// The version of `baton:job` the component runs as, e.g. `0.2.0`; a command runs as none.
+    pub(crate) fn version(&self) -> Option<&'static str> {
         match self {
-            JobPre::V0_2(_) => "0.2.0",
-            JobPre::V0_1(_) => "0.1.0",
+            JobPre::V0_2(_) => Some("0.2.0"),
+            JobPre::V0_1(_) => Some("0.1.0"),
+            JobPre::Command(_) => None,
         }
     }
 
@@ -77,6 +92,27 @@ impl JobPre {
                 let job = pre.instantiate_async(&mut *store).await?;
                 started();
                 job.call_run(store).await
+            }
+            JobPre::Command(pre) => {
+                let command = pre.instantiate_async(&mut *store).await?;
+                started();
+                let status = match command.wasi_cli_run().call_run(&mut *store).await {
+                    Ok(Ok(())) => 0,
+                    Ok(Err(())) => 1,
+                    Err(e) => match e.downcast_ref::<I32Exit>() {
+                        Some(I32Exit(status)) => *status,
+                        None => return Err(e),
+                    },
+                };
+                if status == 0 {
+                    return Ok(Ok(()));
+                }
+                let mut reason = format!("exited with status {status}");
+                if let Some(tail) = store.data().log.stderr_tail() {
+                    reason.push_str(": ");
+                    reason.push_str(&tail);
+                }
+                Ok(Err(reason))
             }
         }
     }
