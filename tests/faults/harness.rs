@@ -170,6 +170,20 @@ pub fn probe_job(name: &str, origin: &str) -> Job {
     }
 }
 
+/// The same side effects from a plain WASI program (`guests/cli`, a command component: no
+/// Baton SDK, its run's facts from `BATON_*` variables), every `period_s` seconds: `steps`
+/// lines `step_ms` apart, never asking whether to stop.
+pub fn command_effects_job(name: &str, period_s: i64, steps: u32, step_ms: u32) -> Job {
+    Job {
+        spec: JobSpec::every(name, period_s * 1000, true),
+        guest: env!("GUEST_CLI"),
+        toml: format!(
+            "schedule = \"{}\"\nargs = [\"--effects\", \"{steps}\", \"{step_ms}\"]\n[grants]\ndata_dir = \"data/{name}\"\n",
+            every(period_s)
+        ),
+    }
+}
+
 fn misbehaving_job(name: &str, guest: &'static str, period_s: i64, extra: &str) -> Job {
     Job {
         spec: JobSpec::every(name, period_s * 1000, false),

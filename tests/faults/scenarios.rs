@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::checker::{Event, Input, Violation};
 use crate::harness::{
-    effects_job, misbehaving, now_ms, probe_job, well_behaved, Backend, Cluster, Fault, Job,
-    RunnerOptions,
+    command_effects_job, effects_job, misbehaving, now_ms, probe_job, well_behaved, Backend,
+    Cluster, Fault, Job, RunnerOptions, Woken,
 };
 use baton_tests::http_server::Server;
 
@@ -20,6 +20,10 @@ pub enum Scenario {
     /// The same with a job that sends an HTTP request and writes a file every 20 ms: once woken
     /// after the takeover, the frozen runner makes no request and no write.
     FreezeEffects,
+    /// The same with a plain WASI program (a command component, no Baton SDK) that writes a
+    /// file every 20 ms and never asks whether to stop: once woken after the takeover, the
+    /// frozen runner's program writes nothing.
+    FreezeCommand,
     /// `SIGTERM` of the runner mid-attempt: hand-over.
     Terminate,
     /// The store stopped for 2.5 s mid-attempt and started again.
@@ -86,10 +90,11 @@ const ALL_DOWN_FOR: Duration = Duration::from_millis(3_500);
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::FreezeEffects,
+        Scenario::FreezeCommand,
         Scenario::Terminate,
         Scenario::StoreRestart,
         Scenario::Partition,
@@ -107,6 +112,7 @@ impl Scenario {
             Scenario::Kill => "kill -9",
             Scenario::Freeze => "SIGSTOP 1.8s",
             Scenario::FreezeEffects => "SIGSTOP http+files",
+            Scenario::FreezeCommand => "SIGSTOP command",
             Scenario::Terminate => "SIGTERM",
             Scenario::StoreRestart => "store restart",
             Scenario::Partition => "partition",
@@ -168,6 +174,11 @@ impl Scenario {
                 jobs.push(probe_job("probe", origin));
                 Cluster::new(backend, jobs)
             }
+            Scenario::FreezeCommand => {
+                let mut jobs = well_behaved();
+                jobs.push(command_effects_job("command", 3, 60, 20));
+                Cluster::new(backend, jobs)
+            }
             Scenario::LateClaim => {
                 let mut late = effects_job("late", 1, 1, 1, "max_late = \"0s\"", false);
                 late.spec.max_late = 0;
@@ -214,6 +225,11 @@ impl Scenario {
             Scenario::FreezeEffects => {
                 let server = server.as_ref().expect("the scenario's HTTP server");
                 let (n, violation) = zombie_effects(&mut c, server).await;
+                note = n;
+                extra.extend(violation);
+            }
+            Scenario::FreezeCommand => {
+                let (n, violation) = zombie_command(&mut c).await;
                 note = n;
                 extra.extend(violation);
             }
@@ -518,24 +534,12 @@ async fn taken_over(c: &Cluster, started: &Event) {
 /// over, and the runner is woken. Counts the requests the server received and the lines written
 /// by the frozen attempt after the wake: both must be 0 (the host refuses them at the call).
 async fn zombie_effects(c: &mut Cluster, server: &Server) -> (String, Option<Violation>) {
-    c.start(3).await;
-    let (i, started) = c.next_attempt("probe").await;
-    let (slot, attempt) = (
-        started.slot.expect("a started line names its slot"),
-        started.attempt.expect("a started line names its attempt"),
-    );
-    tokio::time::sleep(MID_ATTEMPT).await;
-    let at = now_ms();
-    c.hit(&started);
-    let woken = c.freeze(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
-    taken_over(c, &started).await;
-    let id = c.id(i);
-    c.wait_event(WAIT, "lost on the woken runner", |e| {
-        e.runner == id && e.kind == "lost" && e.at >= at
-    })
-    .await;
-    // One more run, so the window the checker judges covers the takeover.
-    next_success_of(c, "probe").await;
+    let Frozen {
+        slot,
+        attempt,
+        woken,
+        ..
+    } = freeze_past_the_lease(c, "probe").await;
     let attempt_header = attempt.to_string();
     let of_slot = |header: &str| {
         chrono::DateTime::parse_from_rfc3339(header).is_ok_and(|t| t.timestamp_millis() == slot)
@@ -568,6 +572,72 @@ async fn zombie_effects(c: &mut Cluster, server: &Server) -> (String, Option<Vio
     let violation = (before == 0 || requests_after + writes_after > 0).then(|| Violation {
         rule: "no side effect after the lease is lost",
         detail: format!("probe slot {slot} attempt {attempt}: {note}"),
+    });
+    (note, violation)
+}
+
+/// An attempt whose runner was frozen past its lease, taken over, and woken.
+struct Frozen {
+    slot: i64,
+    attempt: u32,
+    runner: String,
+    woken: Woken,
+}
+
+/// Starts three runners, freezes the runner of the next attempt of `job` mid-attempt for longer
+/// than the lease, waits for the takeover and for the woken runner's `lost`, then for one more
+/// success of `job`, so the window the checker judges covers the takeover.
+async fn freeze_past_the_lease(c: &mut Cluster, job: &str) -> Frozen {
+    c.start(3).await;
+    let (i, started) = c.next_attempt(job).await;
+    let (slot, attempt) = (
+        started.slot.expect("a started line names its slot"),
+        started.attempt.expect("a started line names its attempt"),
+    );
+    tokio::time::sleep(MID_ATTEMPT).await;
+    let at = now_ms();
+    c.hit(&started);
+    let woken = c.freeze(i, FOR_LONGER_THAN_THE_LEASE_MS).await;
+    taken_over(c, &started).await;
+    let runner = c.id(i);
+    c.wait_event(WAIT, "lost on the woken runner", |e| {
+        e.runner == runner && e.kind == "lost" && e.at >= at
+    })
+    .await;
+    next_success_of(c, job).await;
+    Frozen {
+        slot,
+        attempt,
+        runner,
+        woken,
+    }
+}
+
+/// Freezes the runner of an attempt of `command` (a plain WASI program writing a line every
+/// 20 ms) past its lease, waits for the takeover and the woken runner's `lost`, and counts the
+/// lines that attempt wrote after the runner woke: there must be none, and some before.
+async fn zombie_command(c: &mut Cluster) -> (String, Option<Violation>) {
+    let Frozen {
+        slot,
+        attempt,
+        runner: id,
+        woken,
+    } = freeze_past_the_lease(c, "command").await;
+    let log = c
+        .data_dir("command")
+        .join(format!("{slot}-{attempt}-{id}.log"));
+    let lines = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| panic!("the command wrote no {}: {e}", log.display()));
+    let times: Vec<i64> = lines
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4)?.parse().ok())
+        .collect();
+    let after = times.iter().filter(|ms| **ms >= woken.at).count();
+    let before = times.len() - after;
+    let note = format!("woken runner's program: {after} writes after waking ({before} before)");
+    let violation = (before == 0 || after > 0).then(|| Violation {
+        rule: "no side effect after the lease is lost",
+        detail: format!("command slot {slot} attempt {attempt}: {note}"),
     });
     (note, violation)
 }

@@ -209,3 +209,62 @@ async fn a_program_calling_wasi_http_goes_through_the_allow_list_with_the_fence_
     );
     assert!(other.seen().is_empty(), "{:?}", other.seen());
 }
+
+/// `hexyl`, a hex viewer from crates.io that nobody here wrote, built for `wasm32-wasip2` as it
+/// is published, once per target directory (`$CARGO_TARGET_DIR/crates-io`). Its own lock file
+/// pins a `rustix` that does not build for `wasm32-wasip2` on stable Rust, so its dependencies
+/// are resolved afresh (no `--locked`).
+fn hexyl() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(".."))
+                .join("crates-io");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .args(["install", "--quiet", "hexyl@0.17.0"])
+                .args(["--target", "wasm32-wasip2", "--root"])
+                .arg(target.join("root"))
+                .arg("--target-dir")
+                .arg(target.join("build"))
+                .status()
+                .expect("run cargo install");
+            assert!(
+                status.success(),
+                "cargo install hexyl@0.17.0 --target wasm32-wasip2 failed ({status}): is crates.io reachable?"
+            );
+            target.join("root/bin/hexyl.wasm")
+        })
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_from_crates_io_runs_as_a_job_unchanged() {
+    let program = tokio::task::spawn_blocking(hexyl)
+        .await
+        .expect("the build of hexyl");
+    let dir = tempfile::tempdir().expect("jobs directory");
+    let name = unique("hexdump");
+    std::fs::create_dir(dir.path().join("data")).expect("data directory");
+    std::fs::write(dir.path().join("data/input.bin"), b"Baton\n").expect("its input");
+    std::fs::copy(&program, dir.path().join(format!("{name}.wasm"))).expect("copy hexyl");
+    let toml = dir.path().join(format!("{name}.toml"));
+    std::fs::write(
+        &toml,
+        "schedule = \"@hourly\"\nargs = [\"--plain\", \"/data/input.bin\"]\n[grants]\ndata_dir = \"data\"\ndata_dir_read_only = true\n",
+    )
+    .expect("write the job file");
+    let spec = load_job(&toml, &AllowedDirs::new()).expect("the job loads");
+    let job = host().job(&spec).expect("the sandbox is set up");
+    assert_eq!(job.component().kind(), ComponentKind::Command);
+    assert_eq!(run(&job, context(&name), WITHIN).await, Ok(()));
+    let stdout = lines_of(&name);
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l.message.contains("42 61 74 6f 6e 0a")),
+        "hexyl's dump of \"Baton\\n\" in the attempt's log: {stdout:?}"
+    );
+}

@@ -1,10 +1,13 @@
 //! A plain command-line program, built for `wasm32-wasip2` with no Baton SDK: the kind of
 //! program a user already has. Baton runs it as a command component (`wasi:cli/run`).
 //!
-//! `cli [--write FILE] [--stderr TEXT] [--get URL] [--spin] [--exit STATUS] ARGS…`: prints
+//! `cli [--write FILE] [--stderr TEXT] [--get URL] [--effects STEPS STEP_MS] [--spin]
+//! [--exit STATUS] ARGS…`: prints
 //! `argv` and every `BATON_*` variable to stdout, appends them to `/data/FILE` when asked, writes
 //! TEXT to stderr, sends `GET URL` through `wasi:http` (the `wasip2` crate) and prints
-//! `got STATUS BYTES` (exit 4 when it fails), spins forever without a host call when asked
+//! `got STATUS BYTES` (exit 4 when it fails), writes the fault tests' side-effect lines (as
+//! `guests/side-effect` does, from the run's `BATON_*` facts, never asking whether it should
+//! stop: only the host can stop it), spins forever without a host call when asked
 //! (only the host can stop it), and exits with STATUS (0 unless given): through Rust's
 //! `std::process::exit`, or with `--exit-code STATUS` through `wasi:cli/exit`'s
 //! `exit-with-code` (WASI 0.2.12), which carries the status itself.
@@ -66,6 +69,14 @@ fn main() {
                     }
                 }
             }
+            "--effects" => {
+                let mut number = || rest.next().and_then(|s| s.parse::<u64>().ok());
+                let (steps, step_ms) = (number().unwrap_or(10), number().unwrap_or(30));
+                if let Err(why) = effects(steps, step_ms) {
+                    eprintln!("{why}");
+                    std::process::exit(3);
+                }
+            }
             "--spin" => {
                 let mut n: u64 = 0;
                 loop {
@@ -125,4 +136,28 @@ fn get(url: &str) -> Result<(u16, usize), String> {
         }
     }
     Ok((status, bytes))
+}
+
+/// Appends `<slot> <attempt> <fence> <runner> <wall-clock ms> <step>` to
+/// `/data/<slot>-<attempt>-<runner>.log`, `steps` times, `step_ms` apart.
+fn effects(steps: u64, step_ms: u64) -> Result<(), String> {
+    let fact = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
+    let (slot, attempt) = (fact("BATON_SLOT_MS")?, fact("BATON_ATTEMPT")?);
+    let (fence, runner) = (fact("BATON_FENCE")?, fact("BATON_RUNNER")?);
+    let path = format!("/data/{slot}-{attempt}-{runner}.log");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    for n in 0..steps {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| format!("the wall clock is before 1970: {e}"))?
+            .as_millis();
+        writeln!(file, "{slot} {attempt} {fence} {runner} {now} {n}")
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+        std::thread::sleep(std::time::Duration::from_millis(step_ms));
+    }
+    Ok(())
 }
