@@ -268,3 +268,44 @@ async fn a_program_from_crates_io_runs_as_a_job_unchanged() {
         "hexyl's dump of \"Baton\\n\" in the attempt's log: {stdout:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_imports_the_host_interface_reads_its_run_info_and_asks_the_signal() {
+    let asker = host().load(env!("GUEST_ASKER")).expect("the command loads");
+    assert_eq!(
+        asker.kind(),
+        ComponentKind::Command,
+        "it exports wasi:cli/run, not run"
+    );
+    let job = host().job_from(asker, crate::support::sandbox());
+    let name = unique("asker");
+    assert_eq!(run(&job, context(&name), WITHIN).await, Ok(()));
+    let stdout = lines_of(&name);
+    assert!(
+        stdout.iter().any(|l| l.message
+            == format!("job={name} attempt=1 reason=ClaimReason::Scheduled aborted=false")),
+        "{stdout:?}"
+    );
+    // Told to stop (not stopped: a stopping host only sets the signal), it sees the signal
+    // and ends on its own, as a failure that hands the run over.
+    let mut sandbox = crate::support::sandbox();
+    sandbox.args = vec!["--wait-abort".to_owned()];
+    let job = host().job_from(
+        host().load(env!("GUEST_ASKER")).expect("the command loads"),
+        sandbox,
+    );
+    let name = unique("asker-stop");
+    let ctx = context(&name);
+    let signal = ctx.signal.clone();
+    let task = tokio::spawn({
+        let job = job.clone();
+        async move { baton_core::instance::Handler::run(&job, ctx).await }
+    });
+    crate::support::wait_running(&job, 1, WITHIN).await;
+    signal.abort(baton_core::instance::AbortReason::Stopping);
+    let ended = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("it ends on its own")
+        .expect("the task ends");
+    assert_eq!(ended, Err("exited with status 1: stopping".to_owned()));
+}
