@@ -309,3 +309,23 @@ async fn a_command_that_imports_the_host_interface_reads_its_run_info_and_asks_t
         .expect("the task ends");
     assert_eq!(ended, Err("exited with status 1: stopping".to_owned()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_exporting_both_run_and_a_main_is_a_baton_job_whose_run_runs() {
+    let both = host().load(env!("GUEST_BOTH")).expect("it loads");
+    assert_eq!(both.kind(), ComponentKind::Job("0.2.0"));
+    assert!(both.also_a_command);
+    let job = host().job_from(both, crate::support::sandbox());
+    let name = unique("both");
+    assert_eq!(run(&job, context(&name), WITHIN).await, Ok(()));
+    let said: Vec<String> = lines_of(&name).into_iter().map(|l| l.message).collect();
+    assert_eq!(said, [format!("run ran for {name}")]);
+    let out = baton(&["check", env!("GUEST_BOTH")], &[]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains("world baton:job@0.2.0; it exports wasi:cli/run too, but `run` is what runs"),
+        "{}",
+        out.stdout
+    );
+}

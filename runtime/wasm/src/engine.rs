@@ -30,6 +30,9 @@ pub struct LoadedComponent {
     pub digest: String,
     /// Whether the compiled code came from the on-disk compile cache rather than a compile.
     pub from_disk_cache: bool,
+    /// Whether a `baton:job` component also exports `wasi:cli/run` (a `main`), which is not
+    /// what runs.
+    pub also_a_command: bool,
     pub(crate) pre: JobPre,
 }
 
@@ -158,6 +161,7 @@ impl Compiler {
                     path: path.to_path_buf(),
                     digest,
                     from_disk_cache: found.from_disk_cache,
+                    also_a_command: found.also_a_command,
                     pre: found.pre.clone(),
                 });
                 return Ok(loaded);
@@ -242,6 +246,7 @@ impl Compiler {
             path,
             digest,
             from_disk_cache,
+            also_a_command: job && command,
             pre,
         })
     }

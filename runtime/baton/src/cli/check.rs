@@ -64,9 +64,14 @@ fn validate(
 }
 
 /// `sha256:…, world baton:job@0.2.0`, or `sha256:…, command (wasi:cli/run)` for a plain
-/// WASI program.
+/// WASI program; a `baton:job` component that has a `main` too says which one runs.
 fn describe(component: &LoadedComponent) -> String {
     match component.kind() {
+        ComponentKind::Job(_) if component.also_a_command => format!(
+            "{}, world {}; it exports wasi:cli/run too, but `run` is what runs",
+            component.digest,
+            component.kind()
+        ),
         ComponentKind::Job(_) => format!("{}, world {}", component.digest, component.kind()),
         ComponentKind::Command => format!("{}, {}", component.digest, component.kind()),
     }
