@@ -840,7 +840,9 @@ fn schedule(input: &Input, job: &JobSpec, runs: &[&Run], v: &mut Vec<Violation>)
 }
 
 /// Whether a fault hit the runner of one of the run's attempts while it held its lease: the
-/// runner was frozen then, or its life (a `kill -9`, an exit) ended then.
+/// runner was frozen then, cut off from the store then (a partition of its link, which ends
+/// every attempt it runs, not only the one the scenario aimed at), or its life (a `kill -9`,
+/// an exit) ended then.
 fn hit_while_running(input: &Input, run: &Run) -> bool {
     run.attempts.iter().any(|a| {
         let (from, to) = (a.started_at, lease_until(run, a));
@@ -848,6 +850,7 @@ fn hit_while_running(input: &Input, run: &Run) -> bool {
         input
             .freezes
             .iter()
+            .chain(&input.cut_off)
             .filter(ours)
             .any(|f| f.from <= to && f.to >= from)
             || input
